@@ -1,0 +1,20 @@
+//! ldpdist: distribution estimation from locally differentially private reports.
+//!
+//! The crate is pure Rust and usable without Python; `bindings` (feature `python`) only
+//! translates types and errors for the `ldpdist._core` extension module.
+//!
+//! Kernels: [`hadamard`] (FWHT), [`simplex`] (projections), [`signs`] (seeded bit-packed ±1
+//! matrices), [`omp`] (orthogonal matching pursuit), [`rng`] (keys, reproducible parallel
+//! streams, exact samplers), [`memory`] (allocation guard).
+
+pub mod error;
+pub mod hadamard;
+pub mod memory;
+pub mod omp;
+pub mod rng;
+pub mod signs;
+mod simd;
+pub mod simplex;
+
+#[cfg(feature = "python")]
+mod bindings;

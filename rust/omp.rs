@@ -1,0 +1,476 @@
+//! Orthogonal matching pursuit (Pati, Rezaiifar & Krishnaprasad 1993; Tropp & Gilbert 2007).
+//!
+//! Each step adds the column most correlated with the residual (largest `|a_jᵀ r|`, ties to
+//! the lowest index; columns are not renormalized, as in scikit-learn's `orthogonal_mp`), then
+//! refits least squares on the whole support. The normal equations `A_SᵀA_S x = A_Sᵀy` are
+//! solved through a Cholesky factor grown by one row per step, so a step costs O(m·|S| + |S|²)
+//! beyond the correlations.
+//!
+//! Correlations: on a dense matrix, a fresh `Aᵀr` per step (one pass over A, like BLAS gemv).
+//! On a [`SignMatrix`] they are kept exact and cheap with Gram columns:
+//! `Aᵀr = Aᵀy − Σ_{l∈S} x_l·(Aᵀa_l)` and `(Aᵀa_l)_i = m − 2·popcount(col_i XOR col_l)`, so a
+//! step costs k popcounts of m bits plus O(k·|S|) flops, and A is never expanded to floats.
+//!
+//! Stops after `s` atoms, when the residual norm is ≤ `tol`, when the residual is exactly
+//! explained (norm ≤ 1e-12·‖y‖: further atoms would fit rounding noise), or when the next
+//! atom is numerically dependent on the chosen ones.
+
+use crate::error::{Error, Result};
+use crate::signs::SignMatrix;
+use crate::simd::multiversion;
+use rayon::prelude::*;
+
+/// The result of a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OmpResult {
+    /// Coefficients, length k, zero off the support.
+    pub coef: Vec<f64>,
+    /// Selected columns in the order they were chosen.
+    pub support: Vec<usize>,
+    /// ‖y − A x‖₂ at the end.
+    pub residual_norm: f64,
+    /// Why the run stopped.
+    pub stop: OmpStop,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OmpStop {
+    /// `s` atoms were chosen.
+    Sparsity,
+    /// The residual norm reached `tol`.
+    Tolerance,
+    /// The residual was explained to rounding precision.
+    ExactFit,
+    /// The best remaining column lies in the span of the chosen ones.
+    Dependent,
+}
+
+/// What OMP needs from a matrix.
+pub trait Dictionary: Sync {
+    fn rows(&self) -> usize;
+    fn cols(&self) -> usize;
+    /// `Aᵀr`.
+    fn rmatvec(&self, r: &[f64]) -> Vec<f64>;
+    /// Column `j` into `out` (length m).
+    fn column(&self, j: usize, out: &mut [f64]);
+    /// `Aᵀa_j` exactly, where cheap (bit-packed ±1 matrices); `None` makes OMP recompute `Aᵀr`.
+    fn gram_column(&self, _j: usize) -> Option<Vec<i32>> {
+        None
+    }
+}
+
+/// A borrowed dense m×k float64 matrix in row-major (C) or column-major (Fortran) order.
+#[derive(Clone, Copy, Debug)]
+pub struct DenseMatrix<'a> {
+    data: &'a [f64],
+    rows: usize,
+    cols: usize,
+    row_major: bool,
+}
+
+impl<'a> DenseMatrix<'a> {
+    pub fn new(data: &'a [f64], rows: usize, cols: usize, row_major: bool) -> Result<Self> {
+        if rows.checked_mul(cols) != Some(data.len()) {
+            return Err(Error::Value(format!(
+                "a {rows}×{cols} matrix needs {} entries, got {}",
+                rows.saturating_mul(cols),
+                data.len()
+            )));
+        }
+        Ok(Self {
+            data,
+            rows,
+            cols,
+            row_major,
+        })
+    }
+}
+
+const COLUMN_BLOCK: usize = 512;
+
+multiversion! {
+    /// `out[c] += Σ_i r_i · A[i, first + c]` over a block of columns of a row-major matrix.
+    fn rmatvec_row_major_block(data: &[f64], cols: usize, first: usize, r: &[f64], out: &mut [f64]) {
+        let width = out.len();
+        for (i, &ri) in r.iter().enumerate() {
+            let row = &data[i * cols + first..i * cols + first + width];
+            for (o, &a) in out.iter_mut().zip(row) {
+                *o += ri * a;
+            }
+        }
+    }
+}
+
+multiversion! {
+    fn dot(a: &[f64], b: &[f64]) -> f64 {
+        let mut acc = [0.0f64; 8];
+        let chunks = a.len() / 8;
+        for c in 0..chunks {
+            for t in 0..8 {
+                acc[t] += a[8 * c + t] * b[8 * c + t];
+            }
+        }
+        let tail: f64 = a[8 * chunks..].iter().zip(&b[8 * chunks..]).map(|(x, y)| x * y).sum();
+        acc.iter().sum::<f64>() + tail
+    }
+}
+
+impl Dictionary for DenseMatrix<'_> {
+    fn rows(&self) -> usize {
+        self.rows
+    }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+    fn rmatvec(&self, r: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; self.cols];
+        if self.row_major {
+            out.par_chunks_mut(COLUMN_BLOCK)
+                .enumerate()
+                .for_each(|(b, block)| {
+                    rmatvec_row_major_block(self.data, self.cols, b * COLUMN_BLOCK, r, block)
+                });
+        } else {
+            out.par_iter_mut()
+                .enumerate()
+                .with_min_len(64)
+                .for_each(|(j, o)| *o = dot(&self.data[j * self.rows..(j + 1) * self.rows], r));
+        }
+        out
+    }
+    fn column(&self, j: usize, out: &mut [f64]) {
+        if self.row_major {
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = self.data[i * self.cols + j];
+            }
+        } else {
+            out.copy_from_slice(&self.data[j * self.rows..(j + 1) * self.rows]);
+        }
+    }
+}
+
+impl Dictionary for SignMatrix {
+    fn rows(&self) -> usize {
+        SignMatrix::rows(self)
+    }
+    fn cols(&self) -> usize {
+        SignMatrix::cols(self)
+    }
+    fn rmatvec(&self, r: &[f64]) -> Vec<f64> {
+        SignMatrix::rmatvec(self, r)
+    }
+    fn column(&self, j: usize, out: &mut [f64]) {
+        self.column_f64(j, out)
+    }
+    fn gram_column(&self, j: usize) -> Option<Vec<i32>> {
+        Some(SignMatrix::gram_column(self, j))
+    }
+}
+
+/// Validate the arguments shared by every OMP entry point.
+pub fn check_arguments(m: usize, k: usize, y_len: usize, s: usize, tol: Option<f64>) -> Result<()> {
+    if y_len != m {
+        return Err(Error::Value(format!(
+            "y has length {y_len} but the matrix has {m} rows"
+        )));
+    }
+    if s == 0 || s > m.min(k) {
+        return Err(Error::Value(format!(
+            "the number of atoms s must lie in [1, min(m, k)] = [1, {}], got {s}",
+            m.min(k)
+        )));
+    }
+    if let Some(t) = tol {
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(Error::Value(format!(
+                "tol must be a finite number ≥ 0, got {t}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Run OMP for at most `s` atoms on `y ≈ A x`.
+pub fn omp<D: Dictionary + ?Sized>(
+    a: &D,
+    y: &[f64],
+    s: usize,
+    tol: Option<f64>,
+) -> Result<OmpResult> {
+    let (m, k) = (a.rows(), a.cols());
+    check_arguments(m, k, y.len(), s, tol)?;
+    if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Value(format!(
+            "y must be finite: element {i} is {}",
+            y[i]
+        )));
+    }
+
+    let y_norm = dot(y, y).sqrt();
+    let exact_fit = 1e-12 * y_norm;
+    let initial = a.rmatvec(y);
+    let mut correlations = initial.clone();
+    let mut chosen = vec![false; k];
+    let mut support: Vec<usize> = Vec::with_capacity(s);
+    let mut atoms: Vec<Vec<f64>> = Vec::with_capacity(s); // dense columns of A_S
+    let mut grams: Vec<Vec<i32>> = Vec::new(); // Aᵀa_l for l ∈ S, when exact Gram is cheap
+    let mut chol = Cholesky::with_capacity(s);
+    let mut rhs: Vec<f64> = Vec::with_capacity(s); // A_Sᵀ y
+    let mut coef: Vec<f64> = Vec::new();
+    let mut residual = y.to_vec();
+    let mut residual_norm = y_norm;
+
+    let stop = loop {
+        if tol.is_some_and(|t| residual_norm <= t) {
+            break OmpStop::Tolerance;
+        }
+        if residual_norm <= exact_fit {
+            break OmpStop::ExactFit;
+        }
+        if support.len() == s {
+            break OmpStop::Sparsity;
+        }
+        let Some(j) = most_correlated(&correlations, &chosen) else {
+            break OmpStop::ExactFit;
+        };
+        let mut column = vec![0.0; m];
+        a.column(j, &mut column);
+        let gram = a.gram_column(j);
+        let cross: Vec<f64> = match &gram {
+            Some(g) => support.iter().map(|&l| g[l] as f64).collect(),
+            None => atoms.iter().map(|atom| dot(atom, &column)).collect(),
+        };
+        let norm2 = gram
+            .as_ref()
+            .map_or_else(|| dot(&column, &column), |g| g[j] as f64);
+        if !chol.push(&cross, norm2) {
+            break OmpStop::Dependent;
+        }
+        chosen[j] = true;
+        support.push(j);
+        atoms.push(column);
+        rhs.push(initial[j]);
+        if let Some(g) = gram {
+            grams.push(g);
+        }
+        coef = chol.solve(&rhs);
+
+        residual.copy_from_slice(y);
+        for (atom, &c) in atoms.iter().zip(&coef) {
+            residual
+                .iter_mut()
+                .zip(atom)
+                .for_each(|(r, &v)| *r -= c * v);
+        }
+        residual_norm = dot(&residual, &residual).sqrt();
+        correlations = if grams.len() == support.len() {
+            updated_correlations(&initial, &grams, &coef)
+        } else {
+            a.rmatvec(&residual)
+        };
+    };
+
+    let mut full = vec![0.0; k];
+    for (&j, &c) in support.iter().zip(&coef) {
+        full[j] = c;
+    }
+    Ok(OmpResult {
+        coef: full,
+        support,
+        residual_norm,
+        stop,
+    })
+}
+
+/// `Aᵀy − Σ_l coef_l·(Aᵀa_l)`, in parallel over the k entries.
+fn updated_correlations(initial: &[f64], grams: &[Vec<i32>], coef: &[f64]) -> Vec<f64> {
+    let mut out = initial.to_vec();
+    out.par_chunks_mut(4096).enumerate().for_each(|(b, block)| {
+        let first = b * 4096;
+        for (g, &c) in grams.iter().zip(coef) {
+            subtract_scaled(&g[first..first + block.len()], c, block);
+        }
+    });
+    out
+}
+
+multiversion! {
+    fn subtract_scaled(g: &[i32], c: f64, out: &mut [f64]) {
+        for (o, &v) in out.iter_mut().zip(g) {
+            *o -= c * v as f64;
+        }
+    }
+}
+
+/// Index of the largest |correlation| among columns not yet chosen; ties to the lowest index.
+fn most_correlated(correlations: &[f64], chosen: &[bool]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (j, (&c, &taken)) in correlations.iter().zip(chosen).enumerate() {
+        let c = c.abs();
+        if !taken && best.is_none_or(|(_, b)| c > b) {
+            best = Some((j, c));
+        }
+    }
+    best.filter(|&(_, c)| c > 0.0).map(|(j, _)| j)
+}
+
+/// Lower-triangular Cholesky factor of `A_SᵀA_S`, grown one atom at a time.
+struct Cholesky {
+    rows: Vec<Vec<f64>>,
+}
+
+impl Cholesky {
+    fn with_capacity(s: usize) -> Self {
+        Self {
+            rows: Vec::with_capacity(s),
+        }
+    }
+
+    /// Add an atom with inner products `cross = A_Sᵀa` and `norm2 = aᵀa`; false (and no
+    /// change) when the atom is numerically in the span of the support.
+    fn push(&mut self, cross: &[f64], norm2: f64) -> bool {
+        let w = self.forward(cross);
+        let d2 = norm2 - w.iter().map(|v| v * v).sum::<f64>();
+        if !(d2 > 1e-10 * norm2) {
+            return false;
+        }
+        let mut row = w;
+        row.push(d2.sqrt());
+        self.rows.push(row);
+        true
+    }
+
+    /// Solve `L z = b`.
+    fn forward(&self, b: &[f64]) -> Vec<f64> {
+        let mut z = Vec::with_capacity(b.len() + 1);
+        for (i, row) in self.rows.iter().enumerate() {
+            let partial: f64 = row[..i].iter().zip(&z).map(|(l, v)| l * v).sum();
+            z.push((b[i] - partial) / row[i]);
+        }
+        z
+    }
+
+    /// Solve `L Lᵀ x = b`.
+    fn solve(&self, b: &[f64]) -> Vec<f64> {
+        let mut x = self.forward(b);
+        for i in (0..x.len()).rev() {
+            let partial: f64 = (i + 1..x.len()).map(|t| self.rows[t][i] * x[t]).sum();
+            x[i] = (x[i] - partial) / self.rows[i][i];
+        }
+        x
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{key_from_u64, stream, uniform_below};
+    use crate::signs::SignKind;
+    use rand_core::Rng;
+
+    fn sparse_vector(seed: u64, k: usize, s: usize) -> Vec<f64> {
+        let mut rng = stream(&key_from_u64(seed), 0);
+        let mut x = vec![0.0; k];
+        let mut placed = 0;
+        while placed < s {
+            let j = uniform_below(&mut rng, k as u64) as usize;
+            if x[j] == 0.0 {
+                let magnitude = 0.5 + (rng.next_u32() as f64) / 4294967296.0;
+                x[j] = if rng.next_u32() & 1 == 1 {
+                    magnitude
+                } else {
+                    -magnitude
+                };
+                placed += 1;
+            }
+        }
+        x
+    }
+
+    #[test]
+    fn recovers_sparse_vectors_exactly_on_both_paths() {
+        let (m, k, s) = (200, 2000, 10);
+        for seed in 0..20 {
+            let a = SignMatrix::new(key_from_u64(seed), m, k, SignKind::Rademacher).unwrap();
+            let dense = a.to_dense().unwrap();
+            let d = DenseMatrix::new(&dense, m, k, true).unwrap();
+            let x = sparse_vector(1000 + seed, k, s);
+            let y = a.matvec(&x);
+            let packed = omp(&a, &y, s, None).unwrap();
+            let float = omp(&d, &y, s, None).unwrap();
+            for result in [&packed, &float] {
+                let err: f64 = result
+                    .coef
+                    .iter()
+                    .zip(&x)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max);
+                assert!(err < 1e-10, "seed {seed}: max error {err}");
+            }
+            let mut sorted = packed.support.clone();
+            sorted.sort();
+            let mut want: Vec<usize> = (0..k).filter(|&j| x[j] != 0.0).collect();
+            want.sort();
+            assert_eq!(sorted, want);
+            assert_eq!(packed.support, float.support);
+        }
+    }
+
+    #[test]
+    fn stops_at_the_tolerance_and_on_an_exact_fit() {
+        let (m, k) = (64, 300);
+        let a = SignMatrix::new(key_from_u64(5), m, k, SignKind::Rademacher).unwrap();
+        let x = sparse_vector(6, k, 3);
+        let y = a.matvec(&x);
+        let run = omp(&a, &y, 20, None).unwrap();
+        assert_eq!(run.stop, OmpStop::ExactFit);
+        assert_eq!(run.support.len(), 3);
+        let loose = omp(&a, &y, 20, Some(1e6)).unwrap();
+        assert_eq!(loose.stop, OmpStop::Tolerance);
+        assert!(loose.support.is_empty());
+    }
+
+    #[test]
+    fn column_major_and_row_major_agree() {
+        let (m, k) = (30, 50);
+        let a = SignMatrix::new(key_from_u64(8), m, k, SignKind::Bernoulli(0.3)).unwrap();
+        let row_major = a.to_dense().unwrap();
+        let mut col_major = vec![0.0; m * k];
+        for i in 0..m {
+            for j in 0..k {
+                col_major[j * m + i] = row_major[i * k + j];
+            }
+        }
+        let y: Vec<f64> = (0..m).map(|i| (i as f64).sin()).collect();
+        let r = omp(
+            &DenseMatrix::new(&row_major, m, k, true).unwrap(),
+            &y,
+            5,
+            None,
+        )
+        .unwrap();
+        let c = omp(
+            &DenseMatrix::new(&col_major, m, k, false).unwrap(),
+            &y,
+            5,
+            None,
+        )
+        .unwrap();
+        assert_eq!(r.support, c.support);
+        for (a, b) in r.coef.iter().zip(&c.coef) {
+            assert!((a - b).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        let a = SignMatrix::new(key_from_u64(1), 10, 20, SignKind::Rademacher).unwrap();
+        assert!(omp(&a, &[0.0; 9], 2, None).is_err());
+        assert!(omp(&a, &[0.0; 10], 0, None).is_err());
+        assert!(omp(&a, &[0.0; 10], 11, None).is_err());
+        assert!(omp(&a, &[0.0; 10], 2, Some(-1.0)).is_err());
+        let mut y = [0.0; 10];
+        y[3] = f64::NAN;
+        assert!(omp(&a, &y, 2, None).is_err());
+    }
+}
