@@ -1,0 +1,97 @@
+"""Argument checks shared by the public API.
+
+Every check raises ``TypeError`` for a wrong type or dtype and ``ValueError`` for a value out
+of range, with a message that names the argument and, for arrays, the first offending
+position. Nothing is silently cast, wrapped or clipped.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Any, Optional
+
+import numpy as np
+
+_KEY_BYTES = 32
+
+
+def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
+    """A 1-D, C-contiguous float64 view of ``x`` (copied only when not already so).
+
+    ndarrays must already be float64 (``TypeError`` otherwise: a silent cast could change
+    values); other sequences of real numbers are converted.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float64:
+            raise TypeError(
+                f"{name} must have dtype float64, got {x.dtype}; convert explicitly with "
+                f"{name}.astype(np.float64) if that is what you mean"
+            )
+        array = x
+    else:
+        try:
+            array = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a sequence of real numbers: {exc}") from None
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if finite:
+        check_finite(array, name)
+    return np.ascontiguousarray(array)
+
+
+def check_finite(array: np.ndarray, name: str) -> None:
+    """Raise ``ValueError`` naming the first NaN or infinite entry of ``array``."""
+    bad = ~np.isfinite(array)
+    if bad.any():
+        position = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = position[0] if len(position) == 1 else position
+        raise ValueError(f"{name} must be finite: element {where} is {array[position]}")
+
+
+def int64_vector(x: Any, name: str) -> np.ndarray:
+    """A 1-D, C-contiguous int64 view of an integer array (any integer dtype that fits)."""
+    array = np.asarray(x)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {array.dtype}")
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
+    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        position = int(np.argmax(array > np.iinfo(np.int64).max))
+        raise ValueError(f"{name}[{position}] = {array[position]} does not fit in int64")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def integer(value: Any, name: str, *, minimum: Optional[int] = None,
+            maximum: Optional[int] = None) -> int:
+    """A Python int from an integral value (bool refused), checked against the bounds."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = operator.index(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be ≥ {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be ≤ {maximum}, got {value}")
+    return value
+
+
+def real(value: Any, name: str) -> float:
+    """A finite Python float from a real number (bool refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def seed_key(seed: Any, name: str = "seed") -> Optional[bytes]:
+    """The 32-byte generator key of an integer seed, or ``None`` for OS entropy.
+
+    The key is ``seed.to_bytes(32, "little")``, so seeds are integers in [0, 2**256).
+    """
+    if seed is None:
+        return None
+    seed = integer(seed, name, minimum=0, maximum=2 ** (8 * _KEY_BYTES) - 1)
+    return seed.to_bytes(_KEY_BYTES, "little")

@@ -1,0 +1,370 @@
+//! PyO3 bindings for `ldpdist._core`: type and error translation only.
+//!
+//! Every entry point releases the GIL for its work and runs it under `catch_unwind`, so a
+//! Rust panic surfaces as `ldpdist.InternalError` (a `RuntimeError`) instead of aborting or
+//! raising PyO3's `PanicException` (a `BaseException` that `except Exception` misses).
+//! Argument validation with user-facing messages lives in the Python layer; the checks here
+//! are the last line of defence and raise the same exception classes.
+
+use crate::error::Error;
+use crate::hadamard;
+use crate::omp::{self, DenseMatrix, OmpResult, OmpStop};
+use crate::rng::{self, Key};
+use crate::signs::{self, SignKind};
+use crate::simplex;
+use numpy::ndarray::Array2;
+use numpy::{
+    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray1,
+    PyUntypedArrayMethods,
+};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+create_exception!(
+    _core,
+    InternalError,
+    PyRuntimeError,
+    "An internal error of ldpdist (a bug: please report it with the message)."
+);
+
+fn to_py(err: Error) -> PyErr {
+    match err {
+        Error::Value(m) => PyValueError::new_err(m),
+        Error::Type(m) => PyTypeError::new_err(m),
+        Error::Memory(m) => PyMemoryError::new_err(m),
+        Error::Runtime(m) => PyRuntimeError::new_err(m),
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Run `work` without the GIL; errors and panics become Python exceptions.
+fn run<T: Send>(py: Python<'_>, work: impl FnOnce() -> Result<T, Error> + Send) -> PyResult<T> {
+    py.detach(|| catch_unwind(AssertUnwindSafe(work)))
+        .map_err(|p| {
+            InternalError::new_err(format!(
+                "internal error in ldpdist (please report): {}",
+                panic_message(p)
+            ))
+        })?
+        .map_err(to_py)
+}
+
+fn slice<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
+    a: &'a numpy::PyReadonlyArray<'_, T, D>,
+    what: &str,
+) -> PyResult<&'a [T]> {
+    a.as_slice()
+        .map_err(|_| PyValueError::new_err(format!("{what} must be a contiguous array")))
+}
+
+fn key_from(seed: Option<&[u8]>) -> Result<Key, Error> {
+    match seed {
+        None => rng::key_from_os(),
+        Some(bytes) => bytes.try_into().map_err(|_| {
+            Error::Value(format!("a key is 32 bytes, got {}", bytes.len()))
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Hadamard
+
+#[pyfunction]
+fn fwht<'py>(py: Python<'py>, x: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let x = slice(&x, "x")?;
+    let out = run(py, || {
+        if let Some(e) = hadamard::check_power_of_two(x.len()) {
+            return Err(e);
+        }
+        let mut out = crate::memory::zeroed_vec::<f64>(x.len(), "the transform")?;
+        out.copy_from_slice(x);
+        hadamard::fwht_in_place(&mut out);
+        Ok(out)
+    })?;
+    Ok(out.into_pyarray(py))
+}
+
+#[pyfunction]
+fn fwht_inplace(py: Python<'_>, mut x: PyReadwriteArray1<'_, f64>) -> PyResult<()> {
+    let x = x
+        .as_slice_mut()
+        .map_err(|_| PyValueError::new_err("x must be a contiguous, writeable array"))?;
+    run(py, || match hadamard::check_power_of_two(x.len()) {
+        Some(e) => Err(e),
+        None => Ok(hadamard::fwht_in_place(x)),
+    })
+}
+
+#[pyfunction]
+fn fwht_int<'py>(py: Python<'py>, x: PyReadonlyArray1<'py, i64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let x = slice(&x, "x")?;
+    let out = run(py, || {
+        if let Some(e) = hadamard::check_power_of_two(x.len()) {
+            return Err(e);
+        }
+        // |(Hx)_r| ≤ Σ|x_i|: bounding the sum bounds every intermediate value too.
+        let total: u128 = x.iter().map(|v| v.unsigned_abs() as u128).sum();
+        if total > i64::MAX as u128 {
+            return Err(Error::Value(format!(
+                "Σ|x| = {total} exceeds 2^63 − 1: the integer transform could overflow; use fwht on float64"
+            )));
+        }
+        let mut out = x.to_vec();
+        hadamard::fwht_in_place(&mut out);
+        Ok(out)
+    })?;
+    Ok(out.into_pyarray(py))
+}
+
+// ---------------------------------------------------------------------------------------
+// Simplex
+
+#[pyfunction]
+fn project_simplex<'py>(py: Python<'py>, v: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let v = slice(&v, "v")?;
+    Ok(run(py, || simplex::project_simplex(v))?.into_pyarray(py))
+}
+
+#[pyfunction]
+fn project_sparse_simplex<'py>(
+    py: Python<'py>,
+    v: PyReadonlyArray1<'py, f64>,
+    s: usize,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    let v = slice(&v, "v")?;
+    Ok(run(py, || simplex::project_sparse_simplex(v, s))?.into_pyarray(py))
+}
+
+// ---------------------------------------------------------------------------------------
+// Sign matrices
+
+/// Bit-packed seeded ±1 matrix (see the Python wrapper `ldpdist.kernels.SignMatrix`).
+#[pyclass(module = "ldpdist._core", name = "SignMatrix", frozen)]
+struct PySignMatrix {
+    inner: signs::SignMatrix,
+}
+
+#[pymethods]
+impl PySignMatrix {
+    #[new]
+    fn new(py: Python<'_>, key: &[u8], m: usize, k: usize, kind: &str, p: f64) -> PyResult<Self> {
+        let kind = SignKind::parse(kind, p).map_err(to_py)?;
+        let key = key_from(Some(key)).map_err(to_py)?;
+        let inner = run(py, || signs::SignMatrix::new(key, m, k, kind))?;
+        Ok(Self { inner })
+    }
+
+    #[getter]
+    fn m(&self) -> usize {
+        self.inner.rows()
+    }
+    #[getter]
+    fn k(&self) -> usize {
+        self.inner.cols()
+    }
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.inner.kind().name()
+    }
+    #[getter]
+    fn p(&self) -> f64 {
+        self.inner.kind().p()
+    }
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+
+    fn column<'py>(&self, py: Python<'py>, j: usize) -> PyResult<Bound<'py, PyArray1<i8>>> {
+        self.check_column(j)?;
+        Ok(self.inner.column(j).into_pyarray(py))
+    }
+
+    fn column_ones(&self, j: usize) -> PyResult<u32> {
+        self.check_column(j)?;
+        Ok(self.inner.column_ones(j))
+    }
+
+    fn to_dense<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray2<f64>>> {
+        let (m, k) = (self.inner.rows(), self.inner.cols());
+        let dense = run(py, || self.inner.to_dense())?;
+        let array = Array2::from_shape_vec((m, k), dense)
+            .map_err(|e| InternalError::new_err(e.to_string()))?;
+        Ok(array.into_pyarray(py))
+    }
+
+    fn rmatvec<'py>(&self, py: Python<'py>, r: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let r = slice(&r, "r")?;
+        self.check_length(r.len(), self.inner.rows(), "r", "m")?;
+        Ok(run(py, || Ok(self.inner.rmatvec(r)))?.into_pyarray(py))
+    }
+
+    fn matvec<'py>(&self, py: Python<'py>, x: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let x = slice(&x, "x")?;
+        self.check_length(x.len(), self.inner.cols(), "x", "k")?;
+        Ok(run(py, || Ok(self.inner.matvec(x)))?.into_pyarray(py))
+    }
+
+    fn gram_column<'py>(&self, py: Python<'py>, j: usize) -> PyResult<Bound<'py, PyArray1<i32>>> {
+        self.check_column(j)?;
+        Ok(run(py, || Ok(self.inner.gram_column(j)))?.into_pyarray(py))
+    }
+}
+
+impl PySignMatrix {
+    fn check_column(&self, j: usize) -> PyResult<()> {
+        if j >= self.inner.cols() {
+            return Err(PyValueError::new_err(format!(
+                "column index {j} is out of range for k = {}",
+                self.inner.cols()
+            )));
+        }
+        Ok(())
+    }
+    fn check_length(&self, got: usize, want: usize, what: &str, dim: &str) -> PyResult<()> {
+        if got != want {
+            return Err(PyValueError::new_err(format!(
+                "{what} must have length {dim} = {want}, got {got}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[pyfunction]
+fn column_signs<'py>(
+    py: Python<'py>,
+    key: &[u8],
+    m: usize,
+    kind: &str,
+    p: f64,
+    j: u64,
+) -> PyResult<Bound<'py, PyArray1<i8>>> {
+    let kind = SignKind::parse(kind, p).map_err(to_py)?;
+    let key = key_from(Some(key)).map_err(to_py)?;
+    if m == 0 {
+        return Err(PyValueError::new_err("m must be ≥ 1"));
+    }
+    Ok(signs::column_signs(&key, m, kind, j).into_pyarray(py))
+}
+
+// ---------------------------------------------------------------------------------------
+// OMP
+
+type OmpTuple<'py> = (Bound<'py, PyArray1<f64>>, Vec<usize>, f64, &'static str);
+
+fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
+    let stop = match result.stop {
+        OmpStop::Sparsity => "sparsity",
+        OmpStop::Tolerance => "tolerance",
+        OmpStop::ExactFit => "exact_fit",
+        OmpStop::Dependent => "dependent",
+    };
+    (result.coef.into_pyarray(py), result.support, result.residual_norm, stop)
+}
+
+#[pyfunction]
+#[pyo3(signature = (a, y, s, tol=None))]
+fn omp_dense<'py>(
+    py: Python<'py>,
+    a: PyReadonlyArray2<'py, f64>,
+    y: PyReadonlyArray1<'py, f64>,
+    s: usize,
+    tol: Option<f64>,
+) -> PyResult<OmpTuple<'py>> {
+    let (m, k) = (a.shape()[0], a.shape()[1]);
+    let row_major = a.is_c_contiguous();
+    let data = slice(&a, "A")?;
+    let y = slice(&y, "y")?;
+    let result = run(py, || {
+        let dense = DenseMatrix::new(data, m, k, row_major)?;
+        omp::omp(&dense, y, s, tol)
+    })?;
+    Ok(omp_tuple(py, result))
+}
+
+#[pyfunction]
+#[pyo3(signature = (a, y, s, tol=None))]
+fn omp_sign<'py>(
+    py: Python<'py>,
+    a: &PySignMatrix,
+    y: PyReadonlyArray1<'py, f64>,
+    s: usize,
+    tol: Option<f64>,
+) -> PyResult<OmpTuple<'py>> {
+    let y = slice(&y, "y")?;
+    let result = run(py, || omp::omp(&a.inner, y, s, tol))?;
+    Ok(omp_tuple(py, result))
+}
+
+// ---------------------------------------------------------------------------------------
+// Sampling
+
+#[pyfunction]
+#[pyo3(signature = (key, n, size))]
+fn sample_uniform<'py>(
+    py: Python<'py>,
+    key: Option<&[u8]>,
+    n: u64,
+    size: usize,
+) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    let key = key_from(key).map_err(to_py)?;
+    Ok(run(py, || rng::sample_uniform(&key, n, size))?.into_pyarray(py))
+}
+
+#[pyfunction]
+#[pyo3(signature = (key, p, size))]
+fn sample_bernoulli<'py>(
+    py: Python<'py>,
+    key: Option<&[u8]>,
+    p: f64,
+    size: usize,
+) -> PyResult<Bound<'py, PyArray1<bool>>> {
+    let key = key_from(key).map_err(to_py)?;
+    Ok(run(py, || rng::sample_bernoulli(&key, p, size))?.into_pyarray(py))
+}
+
+/// Deliberately panic inside Rust (on a worker thread when `parallel`), to test that panics
+/// surface as `InternalError`.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>, parallel: bool) -> PyResult<()> {
+    run(py, || -> Result<(), Error> {
+        if parallel {
+            use rayon::prelude::*;
+            (0..1000).into_par_iter().for_each(|i| {
+                if i == 999 {
+                    panic!("deliberate test panic on a worker thread")
+                }
+            });
+        }
+        panic!("deliberate test panic")
+    })
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("InternalError", m.py().get_type::<InternalError>())?;
+    m.add_class::<PySignMatrix>()?;
+    m.add_function(wrap_pyfunction!(fwht, m)?)?;
+    m.add_function(wrap_pyfunction!(fwht_inplace, m)?)?;
+    m.add_function(wrap_pyfunction!(fwht_int, m)?)?;
+    m.add_function(wrap_pyfunction!(project_simplex, m)?)?;
+    m.add_function(wrap_pyfunction!(project_sparse_simplex, m)?)?;
+    m.add_function(wrap_pyfunction!(column_signs, m)?)?;
+    m.add_function(wrap_pyfunction!(omp_dense, m)?)?;
+    m.add_function(wrap_pyfunction!(omp_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_uniform, m)?)?;
+    m.add_function(wrap_pyfunction!(sample_bernoulli, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add("SAMPLE_CHUNK", rng::SAMPLE_CHUNK)?;
+    Ok(())
+}
