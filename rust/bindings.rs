@@ -14,8 +14,8 @@ use crate::signs::{self, SignKind};
 use crate::simplex;
 use numpy::ndarray::Array2;
 use numpy::{
-    IntoPyArray, PyArray1, PyArray2, PyReadonlyArray1, PyReadonlyArray2, PyReadwriteArray1,
-    PyUntypedArrayMethods,
+    IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
+    PyReadwriteArray1, PyUntypedArrayMethods,
 };
 use pyo3::create_exception;
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
@@ -66,12 +66,28 @@ fn slice<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
         .map_err(|_| PyValueError::new_err(format!("{what} must be a contiguous array")))
 }
 
+/// A fresh numpy float64 array of length `n` (numpy's allocator, which asks the OS for huge
+/// pages on large arrays), filled by `fill` without the GIL.
+fn new_filled<'py>(
+    py: Python<'py>,
+    n: usize,
+    fill: impl FnOnce(&mut [f64]) -> Result<(), Error> + Send,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    crate::memory::check_fits(n, 8, "the result").map_err(to_py)?;
+    // SAFETY: the array is new and not shared yet; `fill` writes every element, and on error
+    // the array is dropped without being exposed.
+    let out = unsafe { PyArray1::<f64>::new(py, [n], false) };
+    let slice = unsafe { out.as_slice_mut() }.map_err(|e| InternalError::new_err(e.to_string()))?;
+    run(py, || fill(slice))?;
+    Ok(out)
+}
+
 fn key_from(seed: Option<&[u8]>) -> Result<Key, Error> {
     match seed {
         None => rng::key_from_os(),
-        Some(bytes) => bytes.try_into().map_err(|_| {
-            Error::Value(format!("a key is 32 bytes, got {}", bytes.len()))
-        }),
+        Some(bytes) => bytes
+            .try_into()
+            .map_err(|_| Error::Value(format!("a key is 32 bytes, got {}", bytes.len()))),
     }
 }
 
@@ -79,18 +95,19 @@ fn key_from(seed: Option<&[u8]>) -> Result<Key, Error> {
 // Hadamard
 
 #[pyfunction]
-fn fwht<'py>(py: Python<'py>, x: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+fn fwht<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray1<'py, f64>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let x = slice(&x, "x")?;
-    let out = run(py, || {
-        if let Some(e) = hadamard::check_power_of_two(x.len()) {
-            return Err(e);
-        }
-        let mut out = crate::memory::zeroed_vec::<f64>(x.len(), "the transform")?;
+    if let Some(e) = hadamard::check_power_of_two(x.len()) {
+        return Err(to_py(e));
+    }
+    new_filled(py, x.len(), |out| {
         out.copy_from_slice(x);
-        hadamard::fwht_in_place(&mut out);
-        Ok(out)
-    })?;
-    Ok(out.into_pyarray(py))
+        hadamard::fwht_in_place(out);
+        Ok(())
+    })
 }
 
 #[pyfunction]
@@ -105,7 +122,10 @@ fn fwht_inplace(py: Python<'_>, mut x: PyReadwriteArray1<'_, f64>) -> PyResult<(
 }
 
 #[pyfunction]
-fn fwht_int<'py>(py: Python<'py>, x: PyReadonlyArray1<'py, i64>) -> PyResult<Bound<'py, PyArray1<i64>>> {
+fn fwht_int<'py>(
+    py: Python<'py>,
+    x: PyReadonlyArray1<'py, i64>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let x = slice(&x, "x")?;
     let out = run(py, || {
         if let Some(e) = hadamard::check_power_of_two(x.len()) {
@@ -129,9 +149,12 @@ fn fwht_int<'py>(py: Python<'py>, x: PyReadonlyArray1<'py, i64>) -> PyResult<Bou
 // Simplex
 
 #[pyfunction]
-fn project_simplex<'py>(py: Python<'py>, v: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+fn project_simplex<'py>(
+    py: Python<'py>,
+    v: PyReadonlyArray1<'py, f64>,
+) -> PyResult<Bound<'py, PyArray1<f64>>> {
     let v = slice(&v, "v")?;
-    Ok(run(py, || simplex::project_simplex(v))?.into_pyarray(py))
+    new_filled(py, v.len(), |out| simplex::project_simplex_into(v, out))
 }
 
 #[pyfunction]
@@ -202,13 +225,21 @@ impl PySignMatrix {
         Ok(array.into_pyarray(py))
     }
 
-    fn rmatvec<'py>(&self, py: Python<'py>, r: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    fn rmatvec<'py>(
+        &self,
+        py: Python<'py>,
+        r: PyReadonlyArray1<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let r = slice(&r, "r")?;
         self.check_length(r.len(), self.inner.rows(), "r", "m")?;
         Ok(run(py, || Ok(self.inner.rmatvec(r)))?.into_pyarray(py))
     }
 
-    fn matvec<'py>(&self, py: Python<'py>, x: PyReadonlyArray1<'py, f64>) -> PyResult<Bound<'py, PyArray1<f64>>> {
+    fn matvec<'py>(
+        &self,
+        py: Python<'py>,
+        x: PyReadonlyArray1<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let x = slice(&x, "x")?;
         self.check_length(x.len(), self.inner.cols(), "x", "k")?;
         Ok(run(py, || Ok(self.inner.matvec(x)))?.into_pyarray(py))
@@ -269,7 +300,12 @@ fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
         OmpStop::ExactFit => "exact_fit",
         OmpStop::Dependent => "dependent",
     };
-    (result.coef.into_pyarray(py), result.support, result.residual_norm, stop)
+    (
+        result.coef.into_pyarray(py),
+        result.support,
+        result.residual_norm,
+        stop,
+    )
 }
 
 #[pyfunction]

@@ -18,41 +18,52 @@
 //! so sums over the support lie in `[−|S|, 0]` and cannot overflow, whatever the magnitudes.
 
 use crate::error::{Error, Result};
+use crate::simd::multiversion;
 use rayon::prelude::*;
 
 const MICHELOT_PASSES: usize = 8;
+const STREAMING_PASSES: usize = 4;
 const PARALLEL_MIN: usize = 1 << 16;
+/// Entries per parallel filtering task (128 KiB of f64: stays in L2 across the passes).
+const FILTER_CHUNK: usize = 1 << 14;
 
-fn check_finite(v: &[f64], what: &str) -> Result<()> {
+/// `Err` naming the first non-finite entry of `v`, or the emptiness of `v`.
+pub fn check_finite(v: &[f64], what: &str) -> Result<()> {
     if v.is_empty() {
         return Err(Error::Value(format!("{what} is empty")));
     }
-    let first_bad = if v.len() >= PARALLEL_MIN {
-        v.par_iter().position_first(|x| !x.is_finite())
+    let finite = if v.len() >= PARALLEL_MIN {
+        v.par_chunks(FILTER_CHUNK).all(all_finite)
     } else {
-        v.iter().position(|x| !x.is_finite())
+        all_finite(v)
     };
-    match first_bad {
-        Some(i) => Err(Error::Value(format!(
-            "{what} must be finite: element {i} is {}",
-            v[i]
-        ))),
-        None => Ok(()),
+    if finite {
+        return Ok(());
     }
+    let i = v
+        .iter()
+        .position(|x| !x.is_finite())
+        .expect("a non-finite entry exists");
+    Err(Error::Value(format!(
+        "{what} must be finite: element {i} is {}",
+        v[i]
+    )))
 }
 
-fn max_and_sum_shifted(v: &[f64]) -> (f64, f64) {
-    let max = if v.len() >= PARALLEL_MIN {
-        v.par_iter().copied().reduce(|| f64::NEG_INFINITY, f64::max)
-    } else {
-        v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
-    };
-    let sum = if v.len() >= PARALLEL_MIN {
-        v.par_iter().map(|&x| x - max).sum()
-    } else {
-        v.iter().map(|&x| x - max).sum()
-    };
-    (max, sum)
+multiversion! {
+    /// True when no entry is NaN or ±∞: `x·0` is 0 for finite x and NaN otherwise, and a
+    /// NaN poisons the lane sums, so the test is one branch-free pass.
+    fn all_finite(v: &[f64]) -> bool {
+        let mut lanes = [0.0f64; 8];
+        let chunks = v.chunks_exact(8);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for t in 0..8 {
+                lanes[t] += chunk[t] * 0.0;
+            }
+        }
+        tail.iter().all(|x| x.is_finite()) && lanes.iter().all(|&l| l == 0.0)
+    }
 }
 
 /// The threshold θ of the projection of `v` (finite, non-empty) onto the simplex.
@@ -63,19 +74,49 @@ pub fn simplex_threshold(v: &[f64]) -> f64 {
 
 /// `(max(v), θ − max(v))`: the threshold relative to the maximum, which keeps full precision
 /// when |v| is huge (θ itself would round to max(v)).
+///
+/// Large inputs are cut into cache-sized chunks that are filtered in parallel: the threshold
+/// of a chunk projected on its own is a lower bound of θ (it is `(Σ_T v − 1)/|T|` for some set
+/// T), so entries at or below it cannot be in the support. The survivors — a superset of the
+/// support, with the global maximum among them — have exactly the threshold of `v`.
 fn shifted_threshold(v: &[f64]) -> (f64, f64) {
-    let (max, shifted_sum) = max_and_sum_shifted(v);
-    let k = v.len() as f64;
-    // Lower bounds on θ − max (a NaN or −∞ average bound just loses to −1).
-    let bound = (-1.0f64).max((shifted_sum - 1.0) / k);
-    let mut support: Vec<f64> = if v.len() >= PARALLEL_MIN {
-        v.par_iter()
-            .map(|&x| x - max)
-            .filter(|&u| u > bound)
-            .collect()
-    } else {
-        v.iter().map(|&x| x - max).filter(|&u| u > bound).collect()
-    };
+    if v.len() < PARALLEL_MIN {
+        return threshold_of_candidates(v);
+    }
+    let survivors: Vec<f64> = v
+        .par_chunks(FILTER_CHUNK)
+        .map(|chunk| {
+            let (max, theta) = threshold_of_candidates(chunk);
+            chunk
+                .iter()
+                .copied()
+                .filter(|&x| x - max > theta)
+                .collect::<Vec<f64>>()
+        })
+        .reduce(Vec::new, |mut a, b| {
+            a.extend_from_slice(&b);
+            a
+        });
+    threshold_of_candidates(&survivors)
+}
+
+/// Single-threaded threshold: streaming Michelot passes (branch-free sums over the entries
+/// above the current bound, no copies), then the survivors are copied out and refined by
+/// Michelot passes and, if those stall, the sort-based rule.
+fn threshold_of_candidates(v: &[f64]) -> (f64, f64) {
+    let max = maximum(v);
+    // θ − max > −1 always (the largest entry alone gives this bound).
+    let mut bound = -1.0f64;
+    for _ in 0..STREAMING_PASSES {
+        let (sum, count) = sum_above(v, max, bound);
+        let next = (sum - 1.0) / count as f64;
+        if !(next > bound) {
+            break;
+        }
+        bound = next;
+    }
+    let mut support = Vec::with_capacity(v.len().min(1024));
+    support.extend(v.iter().map(|&x| x - max).filter(|&u| u > bound));
     // The maximum (u = 0) always survives (bound < 0), so the support is never empty.
     for _ in 0..MICHELOT_PASSES {
         let theta = (support.iter().sum::<f64>() - 1.0) / support.len() as f64;
@@ -86,6 +127,46 @@ fn shifted_threshold(v: &[f64]) -> (f64, f64) {
         }
     }
     (max, sorted_threshold(&mut support))
+}
+
+multiversion! {
+    fn maximum(v: &[f64]) -> f64 {
+        let mut lanes = [f64::NEG_INFINITY; 8];
+        let chunks = v.chunks_exact(8);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for t in 0..8 {
+                lanes[t] = if chunk[t] > lanes[t] { chunk[t] } else { lanes[t] };
+            }
+        }
+        tail.iter().chain(&lanes).copied().fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+multiversion! {
+    /// `(Σ_{u > bound} u, #{u > bound})` over `u = x − max`, without branches.
+    fn sum_above(v: &[f64], max: f64, bound: f64) -> (f64, usize) {
+        let mut sums = [0.0f64; 8];
+        let mut counts = [0u64; 8];
+        let chunks = v.chunks_exact(8);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for t in 0..8 {
+                let u = chunk[t] - max;
+                let keep = u > bound;
+                sums[t] += if keep { u } else { 0.0 };
+                counts[t] += keep as u64;
+            }
+        }
+        for &x in tail {
+            let u = x - max;
+            if u > bound {
+                sums[0] += u;
+                counts[0] += 1;
+            }
+        }
+        (sums.iter().sum(), counts.iter().sum::<u64>() as usize)
+    }
 }
 
 /// The sort-based rule on (shifted) candidate values; sorts `u` in place.
@@ -107,14 +188,27 @@ fn sorted_threshold(u: &mut [f64]) -> f64 {
 
 /// Euclidean projection of `v` onto the probability simplex.
 pub fn project_simplex(v: &[f64]) -> Result<Vec<f64>> {
+    let mut out = crate::memory::zeroed_vec::<f64>(v.len(), "the projection")?;
+    project_simplex_into(v, &mut out)?;
+    Ok(out)
+}
+
+/// [`project_simplex`] into a caller-provided buffer of the same length (so the bindings
+/// can write straight into a numpy array).
+pub fn project_simplex_into(v: &[f64], out: &mut [f64]) -> Result<()> {
+    assert_eq!(v.len(), out.len(), "output length must match the input");
     check_finite(v, "the vector to project")?;
     let (max, theta) = shifted_threshold(v);
-    let clip = |&x: &f64| ((x - max) - theta).max(0.0);
-    Ok(if v.len() >= PARALLEL_MIN {
-        v.par_iter().map(clip).collect()
+    let clip = |(o, &x): (&mut f64, &f64)| *o = ((x - max) - theta).max(0.0);
+    if v.len() >= PARALLEL_MIN {
+        out.par_iter_mut()
+            .zip(v)
+            .with_min_len(FILTER_CHUNK)
+            .for_each(clip);
     } else {
-        v.iter().map(clip).collect()
-    })
+        out.iter_mut().zip(v).for_each(clip);
+    }
+    Ok(())
 }
 
 /// Indices of the `s` largest values of `v` (signed), ties broken towards the lower index,

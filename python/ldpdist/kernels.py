@@ -114,7 +114,8 @@ def project_simplex(v: Any) -> np.ndarray:
     -------
     ndarray of float64, shape (k,)
     """
-    return _core.project_simplex(float_vector(v, "v"))
+    # Finiteness is checked in Rust (same message), saving a pass over v.
+    return _core.project_simplex(float_vector(v, "v", finite=False))
 
 
 def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
@@ -132,7 +133,7 @@ def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
     -------
     ndarray of float64, shape (k,) with at most ``s`` non-zeros.
     """
-    v = float_vector(v, "v")
+    v = float_vector(v, "v", finite=False)
     s = integer(s, "s", minimum=1, maximum=v.size)
     return _core.project_sparse_simplex(v, s)
 
