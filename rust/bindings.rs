@@ -232,7 +232,7 @@ impl PySignMatrix {
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let r = slice(&r, "r")?;
         self.check_length(r.len(), self.inner.rows(), "r", "m")?;
-        Ok(run(py, || Ok(self.inner.rmatvec(r)))?.into_pyarray(py))
+        Ok(run(py, || self.inner.rmatvec(r))?.into_pyarray(py))
     }
 
     fn matvec<'py>(
@@ -242,7 +242,7 @@ impl PySignMatrix {
     ) -> PyResult<Bound<'py, PyArray1<f64>>> {
         let x = slice(&x, "x")?;
         self.check_length(x.len(), self.inner.cols(), "x", "k")?;
-        Ok(run(py, || Ok(self.inner.matvec(x)))?.into_pyarray(py))
+        Ok(run(py, || self.inner.matvec(x))?.into_pyarray(py))
     }
 
     fn gram_column<'py>(&self, py: Python<'py>, j: usize) -> PyResult<Bound<'py, PyArray1<i32>>> {
@@ -282,10 +282,7 @@ fn column_signs<'py>(
 ) -> PyResult<Bound<'py, PyArray1<i8>>> {
     let kind = SignKind::parse(kind, p).map_err(to_py)?;
     let key = key_from(Some(key)).map_err(to_py)?;
-    if m == 0 {
-        return Err(PyValueError::new_err("m must be ≥ 1"));
-    }
-    Ok(signs::column_signs(&key, m, kind, j).into_pyarray(py))
+    Ok(run(py, || signs::column_signs(&key, m, kind, j))?.into_pyarray(py))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -299,6 +296,7 @@ fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
         OmpStop::Tolerance => "tolerance",
         OmpStop::ExactFit => "exact_fit",
         OmpStop::Dependent => "dependent",
+        OmpStop::Orthogonal => "orthogonal",
     };
     (
         result.coef.into_pyarray(py),

@@ -12,8 +12,9 @@
 //! step costs k popcounts of m bits plus O(k·|S|) flops, and A is never expanded to floats.
 //!
 //! Stops after `s` atoms, when the residual norm is ≤ `tol`, when the residual is exactly
-//! explained (norm ≤ 1e-12·‖y‖: further atoms would fit rounding noise), or when the next
-//! atom is numerically dependent on the chosen ones.
+//! explained (norm ≤ 1e-12·‖y‖: further atoms would fit rounding noise), when the next
+//! atom is numerically dependent on the chosen ones, or when the residual is orthogonal to
+//! every remaining column.
 
 use crate::error::{Error, Result};
 use crate::signs::SignMatrix;
@@ -43,6 +44,8 @@ pub enum OmpStop {
     ExactFit,
     /// The best remaining column lies in the span of the chosen ones.
     Dependent,
+    /// The residual is orthogonal to every remaining column: no atom can reduce it.
+    Orthogonal,
 }
 
 /// What OMP needs from a matrix.
@@ -50,7 +53,7 @@ pub trait Dictionary: Sync {
     fn rows(&self) -> usize;
     fn cols(&self) -> usize;
     /// `Aᵀr`.
-    fn rmatvec(&self, r: &[f64]) -> Vec<f64>;
+    fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>>;
     /// Column `j` into `out` (length m).
     fn column(&self, j: usize, out: &mut [f64]);
     /// `Aᵀa_j` exactly, where cheap (bit-packed ±1 matrices); `None` makes OMP recompute `Aᵀr`.
@@ -133,8 +136,8 @@ impl Dictionary for DenseMatrix<'_> {
     fn cols(&self) -> usize {
         self.cols
     }
-    fn rmatvec(&self, r: &[f64]) -> Vec<f64> {
-        let mut out = vec![0.0; self.cols];
+    fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>> {
+        let mut out = crate::memory::zeroed_vec::<f64>(self.cols, "the product Aᵀr")?;
         if self.row_major {
             out.par_chunks_mut(COLUMN_BLOCK)
                 .enumerate()
@@ -147,7 +150,7 @@ impl Dictionary for DenseMatrix<'_> {
                 .with_min_len(64)
                 .for_each(|(j, o)| *o = dot(&self.data[j * self.rows..(j + 1) * self.rows], r));
         }
-        out
+        Ok(out)
     }
     fn column(&self, j: usize, out: &mut [f64]) {
         if self.row_major {
@@ -167,7 +170,7 @@ impl Dictionary for SignMatrix {
     fn cols(&self) -> usize {
         SignMatrix::cols(self)
     }
-    fn rmatvec(&self, r: &[f64]) -> Vec<f64> {
+    fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>> {
         SignMatrix::rmatvec(self, r)
     }
     fn column(&self, j: usize, out: &mut [f64]) {
@@ -219,7 +222,7 @@ pub fn omp<D: Dictionary + ?Sized>(
 
     let y_norm = dot(y, y).sqrt();
     let exact_fit = 1e-12 * y_norm;
-    let initial = a.rmatvec(y);
+    let initial = a.rmatvec(y)?;
     let mut correlations = initial.clone();
     let mut chosen = vec![false; k];
     let mut support: Vec<usize> = Vec::with_capacity(s);
@@ -247,11 +250,11 @@ pub fn omp<D: Dictionary + ?Sized>(
             correlations = if grams.len() == support.len() {
                 updated_correlations(&initial, &grams, &coef)
             } else {
-                a.rmatvec(&residual)
+                a.rmatvec(&residual)?
             };
         }
         let Some(j) = most_correlated(&correlations, &chosen) else {
-            break OmpStop::ExactFit;
+            break OmpStop::Orthogonal;
         };
         let mut column = vec![0.0; m];
         a.column(j, &mut column);
@@ -411,7 +414,7 @@ mod tests {
             let dense = a.to_dense().unwrap();
             let d = DenseMatrix::new(&dense, m, k, true).unwrap();
             let x = sparse_vector(1000 + seed, k, s);
-            let y = a.matvec(&x);
+            let y = a.matvec(&x).unwrap();
             let packed = omp(&a, &y, s, None).unwrap();
             let float = omp(&d, &y, s, None).unwrap();
             for result in [&packed, &float] {
@@ -437,13 +440,23 @@ mod tests {
         let (m, k) = (64, 300);
         let a = SignMatrix::new(key_from_u64(5), m, k, SignKind::Rademacher).unwrap();
         let x = sparse_vector(6, k, 3);
-        let y = a.matvec(&x);
+        let y = a.matvec(&x).unwrap();
         let run = omp(&a, &y, 20, None).unwrap();
         assert_eq!(run.stop, OmpStop::ExactFit);
         assert_eq!(run.support.len(), 3);
         let loose = omp(&a, &y, 20, Some(1e6)).unwrap();
         assert_eq!(loose.stop, OmpStop::Tolerance);
         assert!(loose.support.is_empty());
+    }
+
+    #[test]
+    fn an_orthogonal_residual_is_reported_as_such() {
+        let a = [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0];
+        let d = DenseMatrix::new(&a, 3, 3, true).unwrap();
+        let run = omp(&d, &[0.0, 0.0, 5.0], 2, None).unwrap();
+        assert_eq!(run.stop, OmpStop::Orthogonal);
+        assert!(run.support.is_empty());
+        assert_eq!(run.residual_norm, 5.0);
     }
 
     #[test]

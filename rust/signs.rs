@@ -75,6 +75,9 @@ impl SignKind {
     }
 }
 
+/// Largest supported number of rows: Gram entries `m − 2·popcount(…)` are exact in i32.
+pub const MAX_ROWS: usize = i32::MAX as usize;
+
 /// Number of +1 entries in every column of a balanced matrix: `⌊p·m + 1/2⌋`.
 pub fn balanced_ones(m: usize, p: f64) -> usize {
     (p * m as f64 + 0.5).floor() as usize
@@ -125,10 +128,16 @@ pub fn fill_column(
 }
 
 /// Column `j` as ±1 values (what a client needs to privatize its own value).
-pub fn column_signs(key: &Key, m: usize, kind: SignKind, j: u64) -> Vec<i8> {
+pub fn column_signs(key: &Key, m: usize, kind: SignKind, j: u64) -> Result<Vec<i8>> {
+    if m == 0 || m > MAX_ROWS {
+        return Err(Error::Value(format!(
+            "m must lie in [1, 2^31 − 1], got {m}"
+        )));
+    }
+    crate::memory::check_fits(m, 5, "the column")?; // m signs + m/64 words + scratch
     let mut words = vec![0u64; words_per_column(m)];
     fill_column(key, m, kind, j, &mut words, &mut Vec::new());
-    (0..m).map(|i| sign_at(&words, i)).collect()
+    Ok((0..m).map(|i| sign_at(&words, i)).collect())
 }
 
 #[inline]
@@ -156,8 +165,10 @@ impl SignMatrix {
                 "a sign matrix needs m ≥ 1 rows and k ≥ 1 columns, got m = {m}, k = {k}"
             )));
         }
-        if m > u32::MAX as usize {
-            return Err(Error::Value(format!("m must be below 2^32, got {m}")));
+        if m > MAX_ROWS {
+            return Err(Error::Value(format!(
+                "m must be at most 2^31 − 1 (Gram entries are exact int32), got {m}"
+            )));
         }
         let words = words_per_column(m);
         let total = words.checked_mul(k).ok_or_else(|| {
@@ -241,27 +252,26 @@ impl SignMatrix {
 
     /// `Aᵀ r` for real `r` of length m.
     ///
-    /// `(Aᵀr)_j = 2·Σ_{i: A_ij = +1} r_i − Σ_i r_i`. The sign-select sum is read from tables:
-    /// for every byte position b of a column, `table[b][v]` is the sum of the (up to 8) r_i
-    /// selected by byte value v, so a column costs `⌈m/8⌉` lookups and additions.
-    pub fn rmatvec(&self, r: &[f64]) -> Vec<f64> {
+    /// Read from signed lookup tables: for every byte position b of a column, `table[b][v]`
+    /// is `Σ_t ±r[8b + t]` over the 8 rows of that byte, with the sign given by bit t of v.
+    /// A column then costs `⌈m/8⌉` lookups and additions, and every partial sum is a true
+    /// partial sum of the result (no `2·S − Σr` rewriting that could overflow or cancel).
+    pub fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>> {
         assert_eq!(r.len(), self.rows, "rmatvec needs a vector of length m");
-        let tables = byte_tables(r, self.words * 64);
-        let total: f64 = r.iter().sum();
-        let mut out = vec![0.0; self.cols];
+        let tables = signed_byte_tables(r, self.words * 8)?;
+        let mut out = crate::memory::zeroed_vec::<f64>(self.cols, "the product Aᵀr")?;
         out.par_chunks_mut(1024)
             .enumerate()
             .for_each(|(chunk, out)| {
                 let first = chunk * 1024;
                 let bits = &self.bits[first * self.words..(first + out.len()) * self.words];
-                select_sums(bits, self.words, &tables, out);
-                out.iter_mut().for_each(|o| *o = 2.0 * *o - total);
+                table_sums(bits, self.words, &tables, out);
             });
-        out
+        Ok(out)
     }
 
     /// `A x` for real `x` of length k; zero entries of x cost nothing.
-    pub fn matvec(&self, x: &[f64]) -> Vec<f64> {
+    pub fn matvec(&self, x: &[f64]) -> Result<Vec<f64>> {
         assert_eq!(x.len(), self.cols, "matvec needs a vector of length k");
         let nonzero: Vec<(usize, f64)> = x
             .iter()
@@ -269,17 +279,15 @@ impl SignMatrix {
             .enumerate()
             .filter(|&(_, v)| v != 0.0)
             .collect();
-        let total: f64 = nonzero.iter().map(|&(_, v)| v).sum();
-        // Row blocks of 64 (one packed word) in parallel: A x = 2·(selected sums) − Σx.
-        let mut out = vec![0.0; self.words * 64];
+        // Row blocks of 64 (one packed word) in parallel.
+        let mut out = crate::memory::zeroed_vec::<f64>(self.words * 64, "the product Ax")?;
         out.par_chunks_mut(64).enumerate().for_each(|(w, block)| {
             for &(j, v) in &nonzero {
-                add_selected(self.bits[j * self.words + w], v, block);
+                add_signed(self.bits[j * self.words + w], v, block);
             }
-            block.iter_mut().for_each(|o| *o = 2.0 * *o - total);
         });
         out.truncate(self.rows);
-        out
+        Ok(out)
     }
 
     /// Column `j` of the Gram matrix AᵀA, exactly: `m − 2·popcount(col_i XOR col_j)`.
@@ -305,22 +313,34 @@ impl SignMatrix {
     }
 }
 
-/// `tables[b·256 + v] = Σ_{t < 8, bit t of v} r[8b + t]` (rows past r's end count 0).
-fn byte_tables(r: &[f64], padded_rows: usize) -> Vec<f64> {
-    let nbytes = padded_rows / 8;
-    let mut tables = vec![0.0; nbytes * 256];
+/// `tables[b·256 + v] = Σ_{t < 8} (bit t of v ? +1 : −1)·r[8b + t]` (rows past r's end
+/// count 0), built from two 16-entry nibble tables per byte.
+fn signed_byte_tables(r: &[f64], nbytes: usize) -> Result<Vec<f64>> {
+    let mut tables = crate::memory::zeroed_vec::<f64>(nbytes * 256, "the rmatvec lookup tables")?;
+    let value = |row: usize| r.get(row).copied().unwrap_or(0.0);
     for (b, table) in tables.chunks_exact_mut(256).enumerate() {
-        for v in 1..256usize {
-            let row = 8 * b + v.trailing_zeros() as usize;
-            let value = r.get(row).copied().unwrap_or(0.0);
-            table[v] = table[v & (v - 1)] + value;
+        let nibble = |base: usize, bits: usize| -> f64 {
+            (0..4)
+                .map(|t| {
+                    if bits >> t & 1 == 1 {
+                        value(base + t)
+                    } else {
+                        -value(base + t)
+                    }
+                })
+                .sum()
+        };
+        let low: Vec<f64> = (0..16).map(|v| nibble(8 * b, v)).collect();
+        let high: Vec<f64> = (0..16).map(|v| nibble(8 * b + 4, v)).collect();
+        for (v, entry) in table.iter_mut().enumerate() {
+            *entry = low[v & 15] + high[v >> 4];
         }
     }
-    tables
+    Ok(tables)
 }
 
 multiversion! {
-    fn select_sums(bits: &[u64], words: usize, tables: &[f64], out: &mut [f64]) {
+    fn table_sums(bits: &[u64], words: usize, tables: &[f64], out: &mut [f64]) {
         for (column, o) in bits.chunks_exact(words).zip(out.iter_mut()) {
             // Four partial sums break the dependency chain of the additions.
             let mut acc = [0.0f64; 4];
@@ -337,9 +357,10 @@ multiversion! {
 }
 
 multiversion! {
-    fn add_selected(word: u64, v: f64, block: &mut [f64]) {
+    /// `block[t] += ±v` with the sign of bit t of `word` (multiplying by ±1 is exact).
+    fn add_signed(word: u64, v: f64, block: &mut [f64]) {
         for (t, o) in block.iter_mut().enumerate() {
-            *o += v * ((word >> t) & 1) as f64;
+            *o += v * ((((word >> t) & 1) as i64 * 2 - 1) as f64);
         }
     }
 }
@@ -375,7 +396,7 @@ mod tests {
         ] {
             let a = SignMatrix::new(key, 77, 50, kind).unwrap();
             for j in [0usize, 1, 49] {
-                assert_eq!(a.column(j), column_signs(&key, 77, kind, j as u64));
+                assert_eq!(a.column(j), column_signs(&key, 77, kind, j as u64).unwrap());
             }
             let again = SignMatrix::new(key, 77, 50, kind).unwrap();
             assert_eq!(a.bits, again.bits);
@@ -401,7 +422,7 @@ mod tests {
         let key = key_from_u64(9);
         let mut rng = public_stream(&key, 5);
         let first = rng.next_u64();
-        let col = column_signs(&key, 64, SignKind::Rademacher, 5);
+        let col = column_signs(&key, 64, SignKind::Rademacher, 5).unwrap();
         for (i, &s) in col.iter().enumerate() {
             assert_eq!(s == 1, (first >> i) & 1 == 1);
         }
@@ -427,8 +448,8 @@ mod tests {
                     }
                 })
                 .collect();
-            let at_r = a.rmatvec(&r);
-            let a_x = a.matvec(&x);
+            let at_r = a.rmatvec(&r).unwrap();
+            let a_x = a.matvec(&x).unwrap();
             for j in 0..k {
                 let direct: f64 = (0..m).map(|i| d[i * k + j] * r[i]).sum();
                 assert_eq!(at_r[j], direct);

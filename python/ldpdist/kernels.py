@@ -21,6 +21,7 @@ sample_uniform, sample_bernoulli
 
 from __future__ import annotations
 
+import sys
 from typing import Any, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
@@ -45,6 +46,8 @@ __all__ = [
 ]
 
 SIGN_KINDS = ("rademacher", "bernoulli", "balanced")
+# Gram entries m − 2·popcount(…) are exact int32, so matrices have at most 2**31 − 1 rows.
+MAX_ROWS = 2**31 - 1
 
 
 # --------------------------------------------------------------------------------------
@@ -165,7 +168,7 @@ class SignMatrix:
     seed : int in [0, 2**256)
         Public seed (the ChaCha20 key is ``seed.to_bytes(32, "little")``).
     m, k : int
-        Rows and columns.
+        Rows (1 <= m <= 2**31 - 1) and columns (k >= 1).
     kind : {"rademacher", "bernoulli", "balanced"}
         i.i.d. fair signs; i.i.d. with ``P(+1) = p``; or exactly ``floor(p*m + 1/2)``
         entries +1 per column at uniformly random rows.
@@ -179,8 +182,8 @@ class SignMatrix:
             raise TypeError("a SignMatrix needs an integer seed (it is public randomness)")
         self.seed: int = int(seed)
         kind, p = _sign_kind(kind, p)
-        m = integer(m, "m", minimum=1, maximum=2**32 - 1)
-        k = integer(k, "k", minimum=1)
+        m = integer(m, "m", minimum=1, maximum=MAX_ROWS)
+        k = integer(k, "k", minimum=1, maximum=sys.maxsize)
         self._inner = _core.SignMatrix(key, m, k, kind, p)
 
     @property
@@ -251,7 +254,7 @@ def sign_column(seed: int, m: int, j: int, kind: str = "rademacher", p: float = 
     if key is None:
         raise TypeError("sign_column needs an integer seed")
     kind, p = _sign_kind(kind, p)
-    m = integer(m, "m", minimum=1, maximum=2**32 - 1)
+    m = integer(m, "m", minimum=1, maximum=MAX_ROWS)
     j = integer(j, "j", minimum=0, maximum=2**64 - 1)
     return _core.column_signs(key, m, kind, p, j)
 
@@ -271,7 +274,8 @@ class OmpResult(NamedTuple):
     """``||y - A @ coef||_2``."""
     stop: str
     """Why it stopped: "sparsity" (s atoms), "tolerance" (residual <= tol), "exact_fit"
-    (residual at rounding level) or "dependent" (the next atom was in the span)."""
+    (residual <= 1e-12 * ||y||), "dependent" (the next atom was in the span of the chosen
+    ones) or "orthogonal" (the residual is orthogonal to every remaining column)."""
 
 
 def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
@@ -334,8 +338,8 @@ def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] =
     Notes
     -----
     The run also stops early when the residual is explained to rounding precision
-    (``<= 1e-12 * ||y||``) or the next atom is numerically dependent on the chosen ones;
-    :func:`omp_details` says which.
+    (``<= 1e-12 * ||y||``), when the next atom is numerically dependent on the chosen ones, or
+    when the residual is orthogonal to every remaining column; :func:`omp_details` says which.
     """
     return omp_details(A, y, s, tol).coef
 
@@ -351,7 +355,7 @@ def sample_uniform(n: int, size: int, seed: Optional[int] = None) -> np.ndarray:
     the thread count; ``seed=None`` uses OS entropy.
     """
     n = integer(n, "n", minimum=1, maximum=2**32)
-    size = integer(size, "size", minimum=0)
+    size = integer(size, "size", minimum=0, maximum=sys.maxsize)
     return _core.sample_uniform(seed_key(seed), n, size)
 
 
@@ -360,5 +364,5 @@ def sample_bernoulli(p: float, size: int, seed: Optional[int] = None) -> np.ndar
     p = real(p, "p")
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must lie in [0, 1], got {p}")
-    size = integer(size, "size", minimum=0)
+    size = integer(size, "size", minimum=0, maximum=sys.maxsize)
     return _core.sample_bernoulli(seed_key(seed), p, size)
