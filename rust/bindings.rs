@@ -104,6 +104,7 @@ fn fwht<'py>(
         return Err(to_py(e));
     }
     new_filled(py, x.len(), |out| {
+        crate::finite::check_finite(x, "x")?;
         out.copy_from_slice(x);
         hadamard::fwht_in_place(out);
         Ok(())
@@ -117,7 +118,11 @@ fn fwht_inplace(py: Python<'_>, mut x: PyReadwriteArray1<'_, f64>) -> PyResult<(
         .map_err(|_| PyValueError::new_err("x must be a contiguous, writeable array"))?;
     run(py, || match hadamard::check_power_of_two(x.len()) {
         Some(e) => Err(e),
-        None => Ok(hadamard::fwht_in_place(x)),
+        None => {
+            crate::finite::check_finite(x, "x")?;
+            hadamard::fwht_in_place(x);
+            Ok(())
+        }
     })
 }
 

@@ -8,6 +8,7 @@
 //! streams, exact samplers), [`memory`] (allocation guard).
 
 pub mod error;
+pub mod finite;
 pub mod hadamard;
 pub mod memory;
 pub mod omp;

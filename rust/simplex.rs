@@ -18,6 +18,7 @@
 //! so sums over the support lie in `[−|S|, 0]` and cannot overflow, whatever the magnitudes.
 
 use crate::error::{Error, Result};
+use crate::finite::check_finite;
 use crate::simd::multiversion;
 use rayon::prelude::*;
 
@@ -26,45 +27,6 @@ const STREAMING_PASSES: usize = 4;
 const PARALLEL_MIN: usize = 1 << 16;
 /// Entries per parallel filtering task (128 KiB of f64: stays in L2 across the passes).
 const FILTER_CHUNK: usize = 1 << 14;
-
-/// `Err` naming the first non-finite entry of `v`, or the emptiness of `v`.
-pub fn check_finite(v: &[f64], what: &str) -> Result<()> {
-    if v.is_empty() {
-        return Err(Error::Value(format!("{what} is empty")));
-    }
-    let finite = if v.len() >= PARALLEL_MIN {
-        v.par_chunks(FILTER_CHUNK).all(all_finite)
-    } else {
-        all_finite(v)
-    };
-    if finite {
-        return Ok(());
-    }
-    let i = v
-        .iter()
-        .position(|x| !x.is_finite())
-        .expect("a non-finite entry exists");
-    Err(Error::Value(format!(
-        "{what} must be finite: element {i} is {}",
-        v[i]
-    )))
-}
-
-multiversion! {
-    /// True when no entry is NaN or ±∞: `x·0` is 0 for finite x and NaN otherwise, and a
-    /// NaN poisons the lane sums, so the test is one branch-free pass.
-    fn all_finite(v: &[f64]) -> bool {
-        let mut lanes = [0.0f64; 8];
-        let chunks = v.chunks_exact(8);
-        let tail = chunks.remainder();
-        for chunk in chunks {
-            for t in 0..8 {
-                lanes[t] += chunk[t] * 0.0;
-            }
-        }
-        tail.iter().all(|x| x.is_finite()) && lanes.iter().all(|&l| l == 0.0)
-    }
-}
 
 /// The threshold θ of the projection of `v` (finite, non-empty) onto the simplex.
 pub fn simplex_threshold(v: &[f64]) -> f64 {
