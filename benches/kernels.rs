@@ -1,1 +1,285 @@
-fn main() {}
+//! Criterion benchmarks of the Rust kernels (no Python involved).
+//!
+//! Run: `cargo bench --bench kernels` (all), or filter by group name, e.g.
+//! `cargo bench --bench kernels -- fwht/` or `cargo bench --bench kernels -- omp/`.
+//! Short runs while developing: `-- --warm-up-time 1 --measurement-time 2`.
+//!
+//! Inputs are deterministic (a SplitMix64 generator, fixed seeds), so runs are comparable
+//! across commits. Kernels run on rayon's global pool (all cores unless
+//! `RAYON_NUM_THREADS` says otherwise), as they do for users.
+//!
+//! Group names read `kernel/variant/size`, e.g. `fwht/f64/1048576`, `omp/sign/m500_k10000_s25`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+use ldpdist::hadamard::fwht_in_place;
+use ldpdist::omp::{omp, DenseMatrix};
+use ldpdist::rng::{key_from_u64, sample_bernoulli, sample_uniform};
+use ldpdist::signs::{column_signs, SignKind, SignMatrix};
+use ldpdist::simplex::{project_simplex, project_sparse_simplex};
+
+// ----------------------------------------------------------------------------------------
+// Deterministic inputs
+
+/// SplitMix64 (Steele, Lea & Flood 2014): a tiny, seedable generator for test inputs.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [0, 1) with 53 random bits.
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Standard normal (Box–Muller; one of the pair is discarded, speed is irrelevant here).
+    fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1]
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+/// `n` floats in [-1, 1).
+fn uniform_vector(seed: u64, n: usize) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    (0..n).map(|_| 2.0 * g.uniform() - 1.0).collect()
+}
+
+/// Noisy near-uniform distribution: `1/k + N(0, sigma²)` per entry.
+fn noisy_uniform(seed: u64, k: usize, sigma: f64) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    (0..k)
+        .map(|_| 1.0 / k as f64 + sigma * g.normal())
+        .collect()
+}
+
+/// A vector of length k with exactly s non-zeros of magnitude in [0.5, 1.5), random signs.
+fn sparse_vector(seed: u64, k: usize, s: usize) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    let mut x = vec![0.0; k];
+    let mut placed = 0;
+    while placed < s {
+        let j = (g.next_u64() % k as u64) as usize;
+        if x[j] == 0.0 {
+            let magnitude = 0.5 + g.uniform();
+            x[j] = if g.next_u64() & 1 == 1 {
+                magnitude
+            } else {
+                -magnitude
+            };
+            placed += 1;
+        }
+    }
+    x
+}
+
+/// Time `routine` on a fresh copy of `source` per iteration; the copy is not timed.
+///
+/// The FWHT is in place and unnormalized (`H·H = n·I`), so re-transforming the same buffer
+/// would overflow to inf/NaN (f64) or wrap (i64) within a few hundred iterations. Copying
+/// just before the call also leaves the input warm in cache, as right after it was produced.
+fn time_on_fresh_copies<T: Copy>(
+    iters: u64,
+    source: &[T],
+    buffer: &mut [T],
+    routine: impl Fn(&mut [T]),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        buffer.copy_from_slice(source);
+        let start = Instant::now();
+        routine(black_box(&mut *buffer));
+        total += start.elapsed();
+    }
+    total
+}
+
+// ----------------------------------------------------------------------------------------
+// Benchmarks
+
+fn bench_fwht(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fwht/f64");
+    for log_n in [10u32, 16, 20] {
+        let n = 1usize << log_n;
+        let source = uniform_vector(1, n);
+        let mut buffer = source.clone();
+        // One "element" = one entry of x; n·log2(n) additions per transform.
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(BenchmarkId::from_parameter(n), |b| {
+            b.iter_custom(|iters| time_on_fresh_copies(iters, &source, &mut buffer, fwht_in_place))
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("fwht/i64");
+    let n = 1usize << 20;
+    let source: Vec<i64> = {
+        let mut g = SplitMix64(2);
+        (0..n).map(|_| (g.next_u64() % 1000) as i64).collect()
+    };
+    let mut buffer = source.clone();
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function(BenchmarkId::from_parameter(n), |b| {
+        b.iter_custom(|iters| time_on_fresh_copies(iters, &source, &mut buffer, fwht_in_place))
+    });
+    group.finish();
+}
+
+fn bench_simplex(c: &mut Criterion) {
+    let mut group = c.benchmark_group("project_simplex");
+    for k in [10_000usize, 1_000_000] {
+        let v = noisy_uniform(3, k, 1e-3);
+        group.throughput(Throughput::Elements(k as u64));
+        group.bench_with_input(BenchmarkId::from_parameter(k), &v, |b, v| {
+            b.iter(|| project_simplex(black_box(v)).unwrap())
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("project_sparse_simplex");
+    let (k, s) = (1_000_000usize, 50usize);
+    let v = noisy_uniform(4, k, 1e-3);
+    group.throughput(Throughput::Elements(k as u64));
+    group.bench_with_input(
+        BenchmarkId::from_parameter(format!("k{k}_s{s}")),
+        &v,
+        |b, v| b.iter(|| project_sparse_simplex(black_box(v), black_box(s)).unwrap()),
+    );
+    group.finish();
+}
+
+const M: usize = 500;
+const K: usize = 10_000;
+const S: usize = 25;
+
+fn bench_signs(c: &mut Criterion) {
+    let key = key_from_u64(7);
+    let size = format!("m{M}_k{K}");
+
+    // Throughput in matrix entries (m·k) for everything that touches the whole matrix.
+    let mut group = c.benchmark_group("sign_matrix/new");
+    group.throughput(Throughput::Elements((M * K) as u64));
+    for (name, kind) in [
+        ("rademacher", SignKind::Rademacher),
+        ("balanced", SignKind::Balanced(0.5)),
+    ] {
+        group.bench_function(BenchmarkId::new(name, &size), |b| {
+            b.iter(|| SignMatrix::new(black_box(key), M, K, kind).unwrap())
+        });
+    }
+    group.finish();
+
+    let a = SignMatrix::new(key, M, K, SignKind::Rademacher).unwrap();
+
+    let mut group = c.benchmark_group("sign_matrix/rmatvec");
+    group.throughput(Throughput::Elements((M * K) as u64));
+    let r = uniform_vector(8, M);
+    group.bench_function(BenchmarkId::from_parameter(&size), |b| {
+        b.iter(|| a.rmatvec(black_box(&r)).unwrap())
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("sign_matrix/gram_column");
+    group.throughput(Throughput::Elements((M * K) as u64));
+    group.bench_function(BenchmarkId::from_parameter(&size), |b| {
+        b.iter(|| a.gram_column(black_box(1234)))
+    });
+    group.finish();
+
+    // Extra: matvec on an s-sparse x (what OMP's callers use to simulate y = A x); only the
+    // s non-zero columns are read, so throughput is in touched entries m·s.
+    let mut group = c.benchmark_group("sign_matrix/matvec_sparse");
+    let x = sparse_vector(9, K, S);
+    group.throughput(Throughput::Elements((M * S) as u64));
+    group.bench_function(BenchmarkId::from_parameter(format!("{size}_s{S}")), |b| {
+        b.iter(|| a.matvec(black_box(&x)).unwrap())
+    });
+    group.finish();
+
+    // Extra: one column computed alone, as a client does to privatize its value.
+    let mut group = c.benchmark_group("sign_column");
+    group.throughput(Throughput::Elements(M as u64));
+    for (name, kind) in [
+        ("rademacher", SignKind::Rademacher),
+        ("balanced", SignKind::Balanced(0.5)),
+    ] {
+        group.bench_function(BenchmarkId::new(name, format!("m{M}")), |b| {
+            b.iter(|| column_signs(black_box(&key), M, kind, black_box(4321)).unwrap())
+        });
+    }
+    group.finish();
+}
+
+fn bench_omp(c: &mut Criterion) {
+    let a = SignMatrix::new(key_from_u64(11), M, K, SignKind::Rademacher).unwrap();
+    let x = sparse_vector(12, K, S);
+    let mut y = a.matvec(&x).unwrap();
+    let mut g = SplitMix64(13);
+    y.iter_mut().for_each(|v| *v += 0.01 * g.normal());
+    let dense = a.to_dense().unwrap(); // row-major (C order), m·k f64 = 40 MB
+    let d = DenseMatrix::new(&dense, M, K, true).unwrap();
+
+    // Sanity: both paths recover the planted support (else the timings mean little).
+    let truth: Vec<usize> = (0..K).filter(|&j| x[j] != 0.0).collect();
+    for support in [
+        omp(&a, &y, S, None).unwrap().support,
+        omp(&d, &y, S, None).unwrap().support,
+    ] {
+        let mut sorted = support;
+        sorted.sort_unstable();
+        assert_eq!(sorted, truth, "OMP did not recover the planted support");
+    }
+
+    let mut group = c.benchmark_group("omp");
+    group.sample_size(20);
+    let size = format!("m{M}_k{K}_s{S}");
+    group.bench_function(BenchmarkId::new("sign", &size), |b| {
+        b.iter(|| omp(&a, black_box(&y), S, None).unwrap())
+    });
+    group.bench_function(BenchmarkId::new("dense_row_major", &size), |b| {
+        b.iter(|| omp(&d, black_box(&y), S, None).unwrap())
+    });
+    group.finish();
+}
+
+fn bench_sampling(c: &mut Criterion) {
+    let key = key_from_u64(17);
+    let size = 1_000_000usize;
+
+    let mut group = c.benchmark_group("sample_uniform");
+    group.throughput(Throughput::Elements(size as u64));
+    group.bench_function(
+        BenchmarkId::from_parameter(format!("n1000_size{size}")),
+        |b| b.iter(|| sample_uniform(black_box(&key), 1000, size).unwrap()),
+    );
+    group.finish();
+
+    // Extra: the other exact sampler.
+    let mut group = c.benchmark_group("sample_bernoulli");
+    group.throughput(Throughput::Elements(size as u64));
+    group.bench_function(
+        BenchmarkId::from_parameter(format!("p0.3_size{size}")),
+        |b| b.iter(|| sample_bernoulli(black_box(&key), 0.3, size).unwrap()),
+    );
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    bench_fwht,
+    bench_simplex,
+    bench_signs,
+    bench_omp,
+    bench_sampling
+);
+criterion_main!(benches);
