@@ -104,8 +104,7 @@ fn fwht<'py>(
         return Err(to_py(e));
     }
     new_filled(py, x.len(), |out| {
-        crate::finite::check_finite(x, "x")?;
-        out.copy_from_slice(x);
+        crate::finite::copy_finite(x, out, "x")?;
         hadamard::fwht_in_place(out);
         Ok(())
     })

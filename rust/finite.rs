@@ -47,6 +47,25 @@ multiversion! {
     }
 }
 
+/// Copy `src` into `dst` (same length) and check finiteness in the same pass, in parallel:
+/// the input is read once, and the pages of a fresh output are touched by every core.
+pub fn copy_finite(src: &[f64], dst: &mut [f64], what: &str) -> Result<()> {
+    assert_eq!(src.len(), dst.len(), "copy_finite needs equal lengths");
+    let finite = dst
+        .par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .map(|(d, s)| {
+            d.copy_from_slice(s);
+            all_finite(s)
+        })
+        .reduce(|| true, |a, b| a && b);
+    if finite {
+        Ok(())
+    } else {
+        check_finite(src, what)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +83,11 @@ mod tests {
         );
         assert!(check_finite(&[], "v").is_err());
         assert!(check_finite(&[1.0, 2.0, f64::NAN], "v").is_err());
+        let mut out = vec![0.0; v.len()];
+        assert_eq!(copy_finite(&v, &mut out, "v").unwrap_err(), err);
+        v[150_000] = 2.0;
+        v[170_000] = 3.0;
+        copy_finite(&v, &mut out, "v").unwrap();
+        assert_eq!(out, v);
     }
 }

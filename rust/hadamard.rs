@@ -9,6 +9,8 @@
 //! of every row, then (2) a length-`R` transform down every column, done on panels of
 //! `PANEL` adjacent columns so each butterfly works on contiguous, vectorizable runs. The data
 //! crosses memory twice instead of `log2 n` times; rows, then panels, run in parallel.
+//! Panels are copied to a contiguous scratch buffer first: walking a column with a stride of
+//! 32 KiB would map every row to the same cache sets.
 //! Butterflies are radix-4 (two stages per pass over the data).
 
 use crate::simd::multiversion;
@@ -20,8 +22,8 @@ pub trait Butterfly: Copy + Send + Sync + Add<Output = Self> + Sub<Output = Self
 impl Butterfly for f64 {}
 impl Butterfly for i64 {}
 
-/// Row length of the two-pass decomposition: 2^11 f64 = 16 KiB.
-const BLOCK: usize = 1 << 11;
+/// Row length of the two-pass decomposition: 2^12 f64 = 32 KiB (L1-resident).
+const BLOCK: usize = 1 << 12;
 /// Columns transformed together in the second pass (two cache lines of f64).
 const PANEL: usize = 16;
 /// Below this size the transform runs on the calling thread only.
@@ -39,11 +41,34 @@ fn butterfly4<T: Butterfly>(a: T, b: T, c: T, d: T) -> (T, T, T, T) {
     (s0 + s1, d0 + d1, s0 - s1, d0 - d1)
 }
 
-/// In-place transform of a contiguous block whose length is a power of two.
+/// Stages `h = first, 2·first, …, n/2` of the transform of a contiguous block whose length
+/// `n` is a power of two (`first` a power of two). With `first = 1` this is the whole
+/// transform; a buffer of `R` rows of width `W` gets its length-`R` column transforms from
+/// `first = W`, each butterfly acting on `W` contiguous entries.
 #[inline(always)]
-fn transform_contiguous<T: Butterfly>(x: &mut [T]) {
+fn transform_stages<T: Butterfly>(x: &mut [T], first: usize) {
     let n = x.len();
-    let mut h = 1;
+    let mut h = first;
+    if h == 1 && n >= 8 {
+        // The first three stages inside each group of 8, written out: the generic loops
+        // below would run with inner lengths 1 and 4, which do not vectorize.
+        for g in x.chunks_exact_mut(8) {
+            let [a0, a1, a2, a3, a4, a5, a6, a7] = [g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]];
+            let (b0, b1, b2, b3) = (a0 + a1, a0 - a1, a2 + a3, a2 - a3);
+            let (b4, b5, b6, b7) = (a4 + a5, a4 - a5, a6 + a7, a6 - a7);
+            let (c0, c1, c2, c3) = (b0 + b2, b1 + b3, b0 - b2, b1 - b3);
+            let (c4, c5, c6, c7) = (b4 + b6, b5 + b7, b4 - b6, b5 - b7);
+            g[0] = c0 + c4;
+            g[1] = c1 + c5;
+            g[2] = c2 + c6;
+            g[3] = c3 + c7;
+            g[4] = c0 - c4;
+            g[5] = c1 - c5;
+            g[6] = c2 - c6;
+            g[7] = c3 - c7;
+        }
+        h = 8;
+    }
     while 4 * h <= n {
         for quad in x.chunks_exact_mut(4 * h) {
             let (a, rest) = quad.split_at_mut(h);
@@ -63,51 +88,34 @@ fn transform_contiguous<T: Butterfly>(x: &mut [T]) {
     }
 }
 
-/// Length-`rows` transform down `width` adjacent columns starting at `base`, rows `stride`
-/// apart.
-///
-/// # Safety
-/// `base + r·stride + w` must be valid and exclusively ours for `r < rows`, `w < width`.
-#[inline(always)]
-unsafe fn transform_panel<T: Butterfly>(base: *mut T, rows: usize, stride: usize, width: usize) {
-    let row = |r: usize| unsafe { std::slice::from_raw_parts_mut(base.add(r * stride), width) };
-    let mut h = 1;
-    while 4 * h <= rows {
-        for first in (0..rows).step_by(4 * h) {
-            for i in first..first + h {
-                let (a, b, c, d) = (row(i), row(i + h), row(i + 2 * h), row(i + 3 * h));
-                for w in 0..width {
-                    (a[w], b[w], c[w], d[w]) = butterfly4(a[w], b[w], c[w], d[w]);
-                }
-            }
-        }
-        h *= 4;
-    }
-    if 2 * h <= rows {
-        for i in 0..h {
-            let (a, b) = (row(i), row(i + h));
-            for w in 0..width {
-                (a[w], b[w]) = (a[w] + b[w], a[w] - b[w]);
-            }
-        }
-    }
-}
-
 multiversion! {
     fn transform_rows<T: Butterfly>(x: &mut [T], row_len: usize) {
         for row in x.chunks_exact_mut(row_len) {
-            transform_contiguous(row);
+            transform_stages(row, 1);
         }
     }
 }
 
 multiversion! {
-    fn transform_panels<T: Butterfly>(base: SendPtr<T>, rows: usize, stride: usize, first: usize, last: usize) {
+    /// Length-`rows` transforms down columns `first..last` of the `rows × BLOCK` matrix at
+    /// `base`, a panel of `PANEL` columns at a time: the panel is copied into `scratch`
+    /// (contiguous, so in L1 and free of the cache-set conflicts of a power-of-two stride),
+    /// transformed there, and copied back.
+    fn transform_columns<T: Butterfly>(base: SendPtr<T>, rows: usize, first: usize, last: usize, scratch: &mut Vec<T>) {
         let mut col = first;
         while col < last {
             let width = PANEL.min(last - col);
-            // SAFETY: the caller hands each call a disjoint column range of a live buffer.
-            unsafe { transform_panel(base.0.add(col), rows, stride, width) };
+            scratch.clear();
+            for r in 0..rows {
+                // SAFETY: the caller owns columns first..last of every row exclusively.
+                let row = unsafe { std::slice::from_raw_parts(base.0.add(r * BLOCK + col), width) };
+                scratch.extend_from_slice(row);
+            }
+            transform_stages(scratch, width);
+            for (r, chunk) in scratch.chunks_exact(width).enumerate() {
+                let row = unsafe { std::slice::from_raw_parts_mut(base.0.add(r * BLOCK + col), width) };
+                row.copy_from_slice(chunk);
+            }
             col += width;
         }
     }
@@ -131,7 +139,7 @@ pub fn fwht_in_place<T: Butterfly>(x: &mut [T]) {
     let rows = n / BLOCK;
     let parallel = n >= PARALLEL_MIN;
     if parallel {
-        let rows_per_task = (PARALLEL_MIN / BLOCK).max(1);
+        let rows_per_task = 2;
         x.par_chunks_mut(rows_per_task * BLOCK)
             .for_each(|chunk| transform_rows(chunk, BLOCK));
     } else {
@@ -140,12 +148,14 @@ pub fn fwht_in_place<T: Butterfly>(x: &mut [T]) {
     let base = SendPtr(x.as_mut_ptr());
     if parallel {
         let cols_per_task = 4 * PANEL;
-        (0..BLOCK / cols_per_task).into_par_iter().for_each(|t| {
-            let first = t * cols_per_task;
-            transform_panels(base, rows, BLOCK, first, first + cols_per_task);
-        });
+        (0..BLOCK / cols_per_task)
+            .into_par_iter()
+            .for_each_init(Vec::new, |scratch, t| {
+                let first = t * cols_per_task;
+                transform_columns(base, rows, first, first + cols_per_task, scratch);
+            });
     } else {
-        transform_panels(base, rows, BLOCK, 0, BLOCK);
+        transform_columns(base, rows, 0, BLOCK, &mut Vec::new());
     }
 }
 

@@ -13,6 +13,10 @@ fn available_bytes() -> Option<u64> {
     Some(kib.saturating_mul(1024))
 }
 
+/// Requests below this size are not checked against the OS (reading /proc/meminfo costs
+/// microseconds, more than the small allocations themselves).
+const CHECK_ABOVE_BYTES: u128 = 64 << 20;
+
 /// Refuse a request of `count` items of `item_bytes` each that cannot fit; `what` names it.
 pub fn check_fits(count: usize, item_bytes: usize, what: &str) -> Result<()> {
     let bytes = (count as u128) * (item_bytes as u128);
@@ -25,6 +29,9 @@ pub fn check_fits(count: usize, item_bytes: usize, what: &str) -> Result<()> {
     };
     if bytes > isize::MAX as u128 {
         return too_big(isize::MAX as u128, "the address space allows");
+    }
+    if bytes <= CHECK_ABOVE_BYTES {
+        return Ok(());
     }
     if let Some(limit) = available_bytes() {
         if bytes > limit as u128 {

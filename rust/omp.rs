@@ -116,6 +116,36 @@ multiversion! {
 }
 
 multiversion! {
+    /// `out[j] = a_jᵀ r` for consecutive columns of a column-major block, four columns per
+    /// sweep so each load of `r` serves four products.
+    fn dots_column_major(columns: &[f64], rows: usize, r: &[f64], out: &mut [f64]) {
+        let column = |j: usize| &columns[j * rows..(j + 1) * rows];
+        let quads = out.len() / 4;
+        for q in 0..quads {
+            let (c0, c1, c2, c3) = (column(4 * q), column(4 * q + 1), column(4 * q + 2), column(4 * q + 3));
+            let mut acc = [[0.0f64; 8]; 4];
+            let chunks = rows / 8;
+            for c in 0..chunks {
+                for t in 0..8 {
+                    let i = 8 * c + t;
+                    acc[0][t] += c0[i] * r[i];
+                    acc[1][t] += c1[i] * r[i];
+                    acc[2][t] += c2[i] * r[i];
+                    acc[3][t] += c3[i] * r[i];
+                }
+            }
+            for (lane, col) in [c0, c1, c2, c3].iter().enumerate() {
+                let tail: f64 = (8 * chunks..rows).map(|i| col[i] * r[i]).sum();
+                out[4 * q + lane] = acc[lane].iter().sum::<f64>() + tail;
+            }
+        }
+        for j in 4 * quads..out.len() {
+            out[j] = dot(column(j), r);
+        }
+    }
+}
+
+multiversion! {
     fn dot(a: &[f64], b: &[f64]) -> f64 {
         let mut acc = [0.0f64; 8];
         let chunks = a.len() / 8;
@@ -145,10 +175,10 @@ impl Dictionary for DenseMatrix<'_> {
                     rmatvec_row_major_block(self.data, self.cols, b * COLUMN_BLOCK, r, block)
                 });
         } else {
-            out.par_iter_mut()
-                .enumerate()
-                .with_min_len(64)
-                .for_each(|(j, o)| *o = dot(&self.data[j * self.rows..(j + 1) * self.rows], r));
+            out.par_chunks_mut(64).enumerate().for_each(|(b, block)| {
+                let columns = &self.data[b * 64 * self.rows..(b * 64 + block.len()) * self.rows];
+                dots_column_major(columns, self.rows, r, block)
+            });
         }
         Ok(out)
     }

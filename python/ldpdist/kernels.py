@@ -27,7 +27,7 @@ from typing import Any, List, NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._validation import check_finite, float_vector, int64_vector, integer, real, seed_key
+from ._validation import float_vector, int64_vector, integer, real, seed_key
 
 __all__ = [
     "fwht",
@@ -284,7 +284,7 @@ def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
 
     See :func:`omp` for the parameters.
     """
-    y = float_vector(y, "y")
+    y = float_vector(y, "y", finite=False)
     if isinstance(A, SignMatrix):
         m, k = A.shape
     elif isinstance(A, np.ndarray):
@@ -307,8 +307,7 @@ def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
     else:
         if not (A.flags.c_contiguous or A.flags.f_contiguous):
             A = np.ascontiguousarray(A)
-        check_finite(A, "A")
-        result = _core.omp_dense(A, y, s, tol)
+        result = _core.omp_dense(A, y, s, tol)  # checks A and y for NaN/inf in Rust
     return OmpResult(*result)
 
 
