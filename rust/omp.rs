@@ -72,12 +72,26 @@ pub struct DenseMatrix<'a> {
 }
 
 impl<'a> DenseMatrix<'a> {
+    /// Borrow `data` as an m×k matrix; errors on a size mismatch or a NaN/inf entry (named
+    /// by its (row, column)).
     pub fn new(data: &'a [f64], rows: usize, cols: usize, row_major: bool) -> Result<Self> {
         if rows.checked_mul(cols) != Some(data.len()) {
             return Err(Error::Value(format!(
                 "a {rows}×{cols} matrix needs {} entries, got {}",
                 rows.saturating_mul(cols),
                 data.len()
+            )));
+        }
+        if crate::finite::check_finite(data, "A").is_err() && !data.is_empty() {
+            let flat = data.iter().position(|v| !v.is_finite()).unwrap_or(0);
+            let (i, j) = if row_major {
+                (flat / cols, flat % cols)
+            } else {
+                (flat % rows, flat / rows)
+            };
+            return Err(Error::Value(format!(
+                "A must be finite: element ({i}, {j}) is {}",
+                data[flat]
             )));
         }
         Ok(Self {
