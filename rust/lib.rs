@@ -12,6 +12,7 @@ pub mod finite;
 pub mod hadamard;
 pub mod memory;
 pub mod omp;
+mod parallel;
 pub mod rng;
 pub mod signs;
 mod simd;

@@ -17,6 +17,7 @@
 //! every remaining column.
 
 use crate::error::{Error, Result};
+use crate::parallel::for_each_chunk_mut;
 use crate::signs::SignMatrix;
 use crate::simd::multiversion;
 use rayon::prelude::*;
@@ -345,10 +346,11 @@ pub fn omp<D: Dictionary + ?Sized>(
     })
 }
 
-/// `Aᵀy − Σ_l coef_l·(Aᵀa_l)`, in parallel over the k entries.
+/// `Aᵀy − Σ_l coef_l·(Aᵀa_l)`, blockwise over the k entries (in parallel when large).
 fn updated_correlations(initial: &[f64], grams: &[Vec<i32>], coef: &[f64]) -> Vec<f64> {
     let mut out = initial.to_vec();
-    out.par_chunks_mut(4096).enumerate().for_each(|(b, block)| {
+    let work = out.len() * grams.len();
+    for_each_chunk_mut(&mut out, 4096, work, |b, block| {
         let first = b * 4096;
         for (g, &c) in grams.iter().zip(coef) {
             subtract_scaled(&g[first..first + block.len()], c, block);

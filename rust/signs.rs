@@ -22,6 +22,7 @@
 //! floats except by `to_dense` (tests and small sizes).
 
 use crate::error::{Error, Result};
+use crate::parallel::for_each_chunk_mut;
 use crate::rng::{public_stream, uniform_below, BernoulliThreshold, Key};
 use crate::simd::multiversion;
 use rand_core::Rng;
@@ -260,13 +261,11 @@ impl SignMatrix {
         assert_eq!(r.len(), self.rows, "rmatvec needs a vector of length m");
         let tables = signed_byte_tables(r, self.words * 8)?;
         let mut out = crate::memory::zeroed_vec::<f64>(self.cols, "the product Aᵀr")?;
-        out.par_chunks_mut(1024)
-            .enumerate()
-            .for_each(|(chunk, out)| {
-                let first = chunk * 1024;
-                let bits = &self.bits[first * self.words..(first + out.len()) * self.words];
-                table_sums(bits, self.words, &tables, out);
-            });
+        for_each_chunk_mut(&mut out, 1024, self.cols * self.words * 8, |chunk, out| {
+            let first = chunk * 1024;
+            let bits = &self.bits[first * self.words..(first + out.len()) * self.words];
+            table_sums(bits, self.words, &tables, out);
+        });
         Ok(out)
     }
 
@@ -281,7 +280,7 @@ impl SignMatrix {
             .collect();
         // Row blocks of 64 (one packed word) in parallel.
         let mut out = crate::memory::zeroed_vec::<f64>(self.words * 64, "the product Ax")?;
-        out.par_chunks_mut(64).enumerate().for_each(|(w, block)| {
+        for_each_chunk_mut(&mut out, 64, nonzero.len() * self.rows, |w, block| {
             for &(j, v) in &nonzero {
                 add_signed(self.bits[j * self.words + w], v, block);
             }
@@ -302,14 +301,12 @@ impl SignMatrix {
         let target = self.column_bits(j);
         let m = self.rows as i32;
         let words = self.words;
-        out.par_chunks_mut(4096)
-            .enumerate()
-            .for_each(|(chunk, out)| {
-                let first = chunk * 4096;
-                let bits = &self.bits[first * words..(first + out.len()) * words];
-                hamming_distances(bits, target, out);
-                out.iter_mut().for_each(|d| *d = m - 2 * *d);
-            });
+        for_each_chunk_mut(out, 4096, self.cols * words, |chunk, out| {
+            let first = chunk * 4096;
+            let bits = &self.bits[first * words..(first + out.len()) * words];
+            hamming_distances(bits, target, out);
+            out.iter_mut().for_each(|d| *d = m - 2 * *d);
+        });
     }
 }
 
