@@ -10,6 +10,7 @@
 pub mod error;
 pub mod finite;
 pub mod hadamard;
+pub mod mechanisms;
 pub mod memory;
 pub mod omp;
 mod parallel;

@@ -4,15 +4,41 @@ Each user privatizes one value on their own device (a *mechanism*); a server agg
 reports and *estimates* the distribution. The numerical core is Rust (``ldpdist._core``);
 this package is a thin numpy API over it.
 
+Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
+-----------------------------------------------------------------------
+RandomizedResponse, HadamardResponse
+
 Modules
 -------
 ldpdist.kernels
     FWHT, simplex projections, seeded sign matrices, OMP, exact parallel samplers.
+ldpdist.mechanisms
+    The mechanisms, their aggregator and ``from_dict``.
+ldpdist.decoders
+    raw / normalize / project / sparse_project / ibu.
 """
 
 from ._core import InternalError
-from . import kernels
+from . import decoders, kernels, mechanisms
+from .mechanisms import (
+    Aggregator,
+    HadamardResponse,
+    Mechanism,
+    RandomizedResponse,
+    from_dict,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["kernels", "InternalError", "__version__"]
+__all__ = [
+    "Aggregator",
+    "HadamardResponse",
+    "InternalError",
+    "Mechanism",
+    "RandomizedResponse",
+    "decoders",
+    "from_dict",
+    "kernels",
+    "mechanisms",
+    "__version__",
+]

@@ -1,0 +1,17 @@
+"""LDP mechanisms: client-side privatization and server-side estimation.
+
+Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechanism`.
+"""
+
+from .aggregator import Aggregator
+from .base import Mechanism, from_dict
+from .hadamard_response import HadamardResponse
+from .randomized_response import RandomizedResponse
+
+__all__ = [
+    "Aggregator",
+    "Mechanism",
+    "from_dict",
+    "HadamardResponse",
+    "RandomizedResponse",
+]

@@ -1,0 +1,271 @@
+"""The mechanism/estimator interface shared by every mechanism (see DESIGN.md).
+
+A mechanism object holds public parameters only; it is cheap, immutable, comparable, and
+serializable with :meth:`Mechanism.to_dict` / :func:`from_dict` so that clients and server
+share one spec. Subclasses name their Rust class and, if they have parameters beyond
+``k`` and ``epsilon``, extend ``_params``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Dict, Optional, Type
+
+import numpy as np
+
+from .. import _core
+from .._validation import integer, real, seed_key
+from ..decoders import decode
+from .aggregator import Aggregator
+
+SPEC_FORMAT = 1
+_REGISTRY: Dict[str, Type["Mechanism"]] = {}
+
+
+def register(cls: Type["Mechanism"]) -> Type["Mechanism"]:
+    """Class decorator: make ``cls`` known to :func:`from_dict` under its class name."""
+    _REGISTRY[cls.__name__] = cls
+    return cls
+
+
+def from_dict(spec: Dict[str, Any]) -> "Mechanism":
+    """Rebuild a mechanism from :meth:`Mechanism.to_dict` output (e.g. parsed JSON)."""
+    if not isinstance(spec, dict):
+        raise TypeError(f"a mechanism spec is a dict, got {type(spec).__name__}")
+    spec = dict(spec)
+    name = spec.pop("mechanism", None)
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown mechanism {name!r}; known: {sorted(_REGISTRY)}")
+    fmt = spec.pop("format", SPEC_FORMAT)
+    if fmt != SPEC_FORMAT:
+        raise ValueError(f"unsupported spec format {fmt!r} (this version reads {SPEC_FORMAT})")
+    cls = _REGISTRY[name]
+    try:
+        return cls(**spec)
+    except TypeError as exc:
+        raise ValueError(f"invalid parameters for {name}: {exc}") from None
+
+
+def check_epsilon(epsilon: Any) -> float:
+    epsilon = real(epsilon, "epsilon")
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    return epsilon
+
+
+def values_array(values: Any, k: int) -> np.ndarray:
+    """Validate user values: 1-D integers in [0, k); returned as uint32 (copied if needed)."""
+    array = values if isinstance(values, np.ndarray) else np.asarray(values)
+    if array.dtype.kind not in "iu":
+        if array.size == 0 and array.dtype == np.float64 and not isinstance(values, np.ndarray):
+            array = array.astype(np.int64)  # an empty list
+        else:
+            raise TypeError(
+                f"values must be integers in [0, {k}), got dtype {array.dtype}"
+                + ("" if array.dtype.kind != "f" else " (convert explicitly, e.g. values.astype(int))"))
+    if array.ndim != 1:
+        raise ValueError(f"values must be one-dimensional, got shape {array.shape}")
+    if array.size:
+        if array.dtype.kind == "i" and array.min() < 0:
+            i = int(np.argmax(array < 0))
+            raise ValueError(f"values must lie in [0, {k}): values[{i}] = {array[i]}")
+        if array.max() >= k:
+            i = int(np.argmax(array >= k))
+            raise ValueError(f"values must lie in [0, {k}): values[{i}] = {array[i]}")
+    return np.ascontiguousarray(array, dtype=np.uint32)
+
+
+class Mechanism:
+    """Base class: an ε-LDP mechanism for values in [0, k) and its estimators.
+
+    Parameters
+    ----------
+    k : int
+        Number of possible values, 2 <= k <= 2**32.
+    epsilon : float
+        Privacy parameter ε > 0 (natural log).
+    """
+
+    _core_class: ClassVar[Any]
+    report_kind: ClassVar[str] = "index"
+
+    def __init__(self, k: int, epsilon: float):
+        self._k = integer(k, "k", minimum=2, maximum=2**32)
+        self._epsilon = check_epsilon(epsilon)
+        self._core = self._make_core()
+
+    def _make_core(self) -> Any:
+        return self._core_class(self._k, self._epsilon)
+
+    # -- parameters --------------------------------------------------------------------
+
+    @property
+    def k(self) -> int:
+        """Number of possible values."""
+        return self._k
+
+    @property
+    def epsilon(self) -> float:
+        """The privacy guarantee asked for."""
+        return self._epsilon
+
+    @property
+    def realized_epsilon(self) -> float:
+        """Exact max log-ratio of the channel actually used (never above ``epsilon``)."""
+        return float(self._core.realized_epsilon)
+
+    @property
+    def output_size(self) -> int:
+        """Number of distinct reports (index mechanisms) or bits per report (bit vectors)."""
+        return int(self._core.output_size)
+
+    @property
+    def _statistic_size(self) -> int:
+        """Length of the aggregated count vector."""
+        return int(self._core.output_size)
+
+    def _params(self) -> Dict[str, Any]:
+        return {"k": self._k, "epsilon": self._epsilon}
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-safe spec; ``ldpdist.from_dict(m.to_dict()) == m``."""
+        return {"mechanism": type(self).__name__, "format": SPEC_FORMAT, **self._params()}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.to_dict().items())))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{key}={value!r}" for key, value in self._params().items())
+        return f"{type(self).__name__}({params})"
+
+    # -- client side -------------------------------------------------------------------
+
+    def privatize(self, values: Any, seed: Optional[int] = None) -> np.ndarray:
+        """Privatize one value per user.
+
+        Parameters
+        ----------
+        values : array_like of int, shape (n,)
+            Integers in [0, k). Floats, bools and out-of-range values raise.
+        seed : int, optional
+            ``None`` (default) draws fresh OS entropy; an integer gives reproducible reports,
+            bit-identical whatever the thread count.
+
+        Returns
+        -------
+        ndarray, shape (n,), of the smallest unsigned dtype holding ``output_size - 1``.
+        """
+        return self._core.privatize(values_array(values, self._k), seed_key(seed))
+
+    def encode_string(self, values: Any, seed: Optional[int] = None) -> np.ndarray:
+        """Alias of :meth:`privatize`, named as in the HR authors' reference code."""
+        return self.privatize(values, seed=seed)
+
+    # -- server side -------------------------------------------------------------------
+
+    def aggregator(self) -> Aggregator:
+        """An empty, mergeable aggregator of this mechanism's reports."""
+        return Aggregator(self)
+
+    def estimate(self, reports: Any, decoder: str = "project", *, sparsity: Optional[int] = None,
+                 on_invalid: str = "raise", **options: Any) -> np.ndarray:
+        """Estimate the distribution from reports.
+
+        Parameters
+        ----------
+        reports : array
+            Output of :meth:`privatize` (possibly concatenated from many clients).
+        decoder : {"raw", "normalize", "project", "sparse_project", "ibu"}
+            See :mod:`ldpdist.decoders`.
+        sparsity : int, optional
+            Support size for ``decoder="sparse_project"``.
+        on_invalid : {"raise", "drop"}
+            Malformed reports raise ``ValueError`` (default), or are dropped and counted
+            (see :attr:`Aggregator.dropped`).
+        **options
+            ``max_iter`` and ``tol`` for ``decoder="ibu"``.
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+        """
+        aggregator = self.aggregator().add(reports, on_invalid=on_invalid)
+        return aggregator.estimate(decoder, sparsity=sparsity, **options)
+
+    def decode_string(self, reports: Any, normalization: int = 0) -> np.ndarray:
+        """Alias of :meth:`estimate` named as in the HR authors' reference code:
+        ``normalization=0`` clips and normalizes, ``1`` projects onto the simplex."""
+        if normalization not in (0, 1):
+            raise ValueError(f"normalization must be 0 (clip and normalize) or 1 (project), got {normalization!r}")
+        return self.estimate(reports, decoder="normalize" if normalization == 0 else "project")
+
+    def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:
+        return decode(self, counts, n, decoder, **options)
+
+    def simulate(self, true_counts: Any, seed: Optional[int] = None) -> Aggregator:
+        """Aggregate of privatizing ``true_counts[x]`` users holding each value x.
+
+        The counts have exactly the distribution of privatizing those users one by one, but
+        no per-user report is stored. For index mechanisms with an integer seed they equal
+        the histogram of ``privatize(np.repeat(np.arange(k), true_counts), seed)``.
+        """
+        counts = np.asarray(true_counts)
+        if counts.dtype.kind not in "iu":
+            raise TypeError(f"true_counts must be integers, got dtype {counts.dtype}")
+        if counts.shape != (self._k,):
+            raise ValueError(f"true_counts must have shape ({self._k},), got {counts.shape}")
+        if counts.dtype.kind == "i" and counts.size and counts.min() < 0:
+            i = int(np.argmax(counts < 0))
+            raise ValueError(f"true_counts must be >= 0: true_counts[{i}] = {counts[i]}")
+        counts = np.ascontiguousarray(counts, dtype=np.uint64)
+        stats = self._core.simulate(counts, seed_key(seed))
+        return Aggregator._from_counts(self, stats, int(counts.sum(dtype=np.uint64)))
+
+    def channel_matrix(self, max_entries: int = 2**24) -> np.ndarray:
+        """The exact channel Q (k × output_size, rows sum to 1) for verification.
+
+        Raises ``ValueError`` when it has more than ``max_entries`` entries.
+        """
+        max_entries = integer(max_entries, "max_entries", minimum=1)
+        return self._core.channel_matrix(max_entries)
+
+    def _prepare_reports(self, reports: Any, drop: bool) -> "tuple[np.ndarray, int]":
+        """Reports as a contiguous unsigned array for the core, and how many negative
+        entries were dropped here (the core counts the rest of the invalid ones)."""
+        array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+        if array.dtype.kind not in "iu":
+            raise TypeError(f"reports must be integers, got dtype {array.dtype}")
+        if array.ndim != 1:
+            raise ValueError(f"reports must be one-dimensional, got shape {array.shape}")
+        negative = 0
+        if array.dtype.kind == "i":
+            bad = array < 0
+            if bad.any():
+                negative = int(bad.sum())
+                if not drop:
+                    i = int(np.argmax(bad))
+                    raise ValueError(
+                        f"{negative} of {array.size} reports are negative; the first is "
+                        f"reports[{i}] = {array[i]} (reports lie in [0, {self._statistic_size}); "
+                        "pass on_invalid='drop' to drop and count them)")
+                array = array[~bad]
+            array = array.astype(np.uint64)
+        return np.ascontiguousarray(array), negative
+
+    def _check_counts(self, counts: np.ndarray, n: int) -> None:
+        """Consistency of deserialized counts with the number of reports."""
+        if int(counts.sum(dtype=np.uint64)) != n:
+            raise ValueError(f"corrupt aggregator: counts sum to {int(counts.sum())}, not n = {n}")
+
+    # -- channel products for the iterative Bayesian update -------------------------------
+
+    def _expected_frequencies(self, p: np.ndarray) -> np.ndarray:
+        """Per-user expected value of the aggregated statistic under distribution p."""
+        return self._core.expected_frequencies(np.ascontiguousarray(p, dtype=np.float64))
+
+    def _channel_apply(self, w: np.ndarray) -> np.ndarray:
+        """Adjoint of :meth:`_expected_frequencies`."""
+        return self._core.channel_apply(np.ascontiguousarray(w, dtype=np.float64))
+

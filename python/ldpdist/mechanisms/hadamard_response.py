@@ -1,0 +1,37 @@
+"""Hadamard Response."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+from .. import _core
+from .base import Mechanism, register
+
+
+@register
+class HadamardResponse(Mechanism):
+    """Hadamard Response (Acharya, Sun & Zhang 2018), the general (b, B) construction.
+
+    ``B`` is the largest power of 2 with ``B <= min(e^ε, 2k)``, ``b`` the smallest power of 2
+    above ``ceil(k / B)``; symbol x owns half of one block of ``b`` outputs (a row of the
+    Sylvester matrix ``H_b``, first row deleted) and is reported inside it with probability
+    ``(b/2) e^ε / Z``. With ``B = 1`` (ε < ln 2) this is the high-privacy HR of the reference
+    code: ``K = 2**ceil(log2(k+1))`` outputs, symbol x uses row x+1, reports in [0, K), so
+    reports are interchangeable with other HR implementations. Sampling is O(1) per report
+    and decoding one fast Walsh–Hadamard transform per block (``O(n + K log b)``).
+
+    Parameters
+    ----------
+    k : int
+        Number of possible values, 2 <= k <= 2**32.
+    epsilon : float
+        Privacy parameter ε > 0.
+    """
+
+    _core_class = _core.HadamardResponse
+
+    @property
+    def construction(self) -> Tuple[int, int, int]:
+        """``(B, b, K)``: blocks of the construction, outputs per block, outputs kept
+        (``ceil(k / (b - 1)) * b`` — blocks no symbol uses are dropped)."""
+        return tuple(int(v) for v in self._core.shape)  # type: ignore[return-value]

@@ -1,0 +1,32 @@
+"""k-ary randomized response."""
+
+from __future__ import annotations
+
+from .. import _core
+from .base import Mechanism, register
+
+
+@register
+class RandomizedResponse(Mechanism):
+    """k-ary randomized response (Kairouz, Oh & Viswanath 2014).
+
+    Reports the true value with probability ``p = e^ε / (e^ε + k - 1)`` and each other value
+    with probability ``(1 - p) / (k - 1)``. Reports: one integer in [0, k) per user.
+    ``p`` is rounded down (by 4 ulps) so the realized guarantee never exceeds ε.
+
+    Parameters
+    ----------
+    k : int
+        Number of possible values, 2 <= k <= 2**32.
+    epsilon : float
+        Privacy parameter ε > 0.
+
+    Examples
+    --------
+    >>> mech = RandomizedResponse(k=10, epsilon=1.0)
+    >>> reports = mech.privatize([3, 1, 4, 1, 5], seed=7)
+    >>> mech.estimate(reports).shape
+    (10,)
+    """
+
+    _core_class = _core.RandomizedResponse

@@ -1,0 +1,300 @@
+//! LDP mechanisms: each module holds one mechanism's sampler (client side), aggregation and
+//! unbiased estimator (server side), with the paper equations it implements.
+//!
+//! Shared machinery here:
+//! * [`IndexMechanism`]: mechanisms whose report is one integer in `[0, output_size)`, with
+//!   generic parallel [`privatize`], [`aggregate`] (histogram with validation) and
+//!   [`simulate`] (the report histogram of given users, without storing their reports).
+//! * validation of ε and k, and the report integer types.
+//!
+//! Reproducibility: user `u` (0-based position in the input) is privatized with the stream
+//! of chunk `u / SAMPLE_CHUNK` (see `rng`). `simulate(true_counts)` enumerates users in value
+//! order with the same chunking, so its histogram equals — exactly, for the same seed — the
+//! histogram of `privatize` applied to the values sorted in increasing order.
+
+pub mod hadamard_response;
+pub mod randomized_response;
+
+use crate::error::{Error, Result};
+use crate::rng::{par_fill_chunks, stream, Key, StreamRng, SAMPLE_CHUNK};
+use rayon::prelude::*;
+
+/// Largest supported domain: values travel as u32.
+pub const MAX_DOMAIN: u64 = 1 << 32;
+
+/// ε must be finite and positive.
+pub fn check_epsilon(epsilon: f64) -> Result<()> {
+    if !(epsilon.is_finite() && epsilon > 0.0) {
+        return Err(Error::Value(format!(
+            "epsilon must be a finite number > 0, got {epsilon}"
+        )));
+    }
+    Ok(())
+}
+
+/// k must lie in [2, 2^32].
+pub fn check_domain(k: u64) -> Result<()> {
+    if !(2..=MAX_DOMAIN).contains(&k) {
+        return Err(Error::Value(format!(
+            "k (the number of possible values) must lie in [2, 2^32], got {k}"
+        )));
+    }
+    Ok(())
+}
+
+/// Unsigned integer types reports are stored in (the smallest that holds `output_size − 1`).
+pub trait ReportInt: Copy + Send + Sync + Default + 'static {
+    fn from_u64(v: u64) -> Self;
+    fn to_u64(self) -> u64;
+}
+
+macro_rules! report_int {
+    ($($t:ty),*) => {$(
+        impl ReportInt for $t {
+            #[inline(always)]
+            fn from_u64(v: u64) -> Self { v as $t }
+            #[inline(always)]
+            fn to_u64(self) -> u64 { self as u64 }
+        }
+    )*};
+}
+report_int!(u8, u16, u32, u64);
+
+/// A mechanism whose report is one integer in `[0, output_size)`.
+pub trait IndexMechanism: Sync {
+    /// k: values are integers in `[0, k)`.
+    fn domain(&self) -> u64;
+    /// Number of distinct reports.
+    fn output_size(&self) -> u64;
+    /// One report for value `x < k`, drawing randomness from `rng` only.
+    fn sample(&self, rng: &mut StreamRng, x: u64) -> u64;
+}
+
+/// The first value `≥ k`, as an error naming its position.
+fn check_values(values: &[u32], k: u64) -> Result<()> {
+    if k >= MAX_DOMAIN {
+        return Ok(());
+    }
+    if let Some(i) = values.par_iter().position_first(|&v| v as u64 >= k) {
+        return Err(Error::Value(format!(
+            "values must lie in [0, {k}): values[{i}] = {}",
+            values[i]
+        )));
+    }
+    Ok(())
+}
+
+/// Privatize every value into `out` (same length), in parallel and reproducibly.
+pub fn privatize<M: IndexMechanism, R: ReportInt>(
+    mechanism: &M,
+    key: &Key,
+    values: &[u32],
+    out: &mut [R],
+) -> Result<()> {
+    assert_eq!(values.len(), out.len(), "one report per value");
+    check_values(values, mechanism.domain())?;
+    par_fill_chunks(key, out, |rng, first, chunk| {
+        for (o, &x) in chunk.iter_mut().zip(&values[first..]) {
+            *o = R::from_u64(mechanism.sample(rng, x as u64));
+        }
+    });
+    Ok(())
+}
+
+/// What [`aggregate`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// Reports counted.
+    pub valid: u64,
+    /// Reports outside `[0, output_size)` (dropped).
+    pub invalid: u64,
+    /// Position of the first invalid report.
+    pub first_invalid: Option<usize>,
+}
+
+/// Add the histogram of `reports` to `counts` (length `output_size`). Reports out of range
+/// are counted in the tally; with `drop_invalid == false` any of them is an error and
+/// `counts` is left untouched.
+pub fn aggregate<R: ReportInt>(
+    reports: &[R],
+    counts: &mut [u64],
+    drop_invalid: bool,
+) -> Result<Tally> {
+    let size = counts.len() as u64;
+    let (histogram, invalid) = reports
+        .par_chunks(SAMPLE_CHUNK)
+        .fold(
+            || (vec![0u64; counts.len()], 0u64),
+            |(mut h, mut bad), chunk| {
+                for &r in chunk {
+                    let r = r.to_u64();
+                    if r < size {
+                        h[r as usize] += 1;
+                    } else {
+                        bad += 1;
+                    }
+                }
+                (h, bad)
+            },
+        )
+        .reduce(
+            || (vec![0u64; counts.len()], 0u64),
+            |(mut a, bad_a), (b, bad_b)| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                (a, bad_a + bad_b)
+            },
+        );
+    let first_invalid = (invalid > 0)
+        .then(|| reports.iter().position(|r| r.to_u64() >= size))
+        .flatten();
+    if invalid > 0 && !drop_invalid {
+        let i = first_invalid.unwrap_or(0);
+        return Err(Error::Value(format!(
+            "{invalid} of {} reports lie outside [0, {size}); the first is reports[{i}] = {} \
+             (pass on_invalid='drop' to drop and count them)",
+            reports.len(),
+            reports[i].to_u64()
+        )));
+    }
+    counts.iter_mut().zip(&histogram).for_each(|(c, h)| *c += h);
+    Ok(Tally {
+        valid: reports.len() as u64 - invalid,
+        invalid,
+        first_invalid,
+    })
+}
+
+/// The report histogram of `true_counts[x]` users holding each value x, without storing
+/// any report (see the module documentation for its equality with `privatize`).
+pub fn simulate<M: IndexMechanism>(
+    mechanism: &M,
+    key: &Key,
+    true_counts: &[u64],
+) -> Result<Vec<u64>> {
+    if true_counts.len() as u64 != mechanism.domain() {
+        return Err(Error::Value(format!(
+            "true_counts must have length k = {}, got {}",
+            mechanism.domain(),
+            true_counts.len()
+        )));
+    }
+    let size = mechanism.output_size() as usize;
+    crate::memory::check_fits(size, 8, "the report histogram")?;
+    // Cumulative user counts: user u holds the value x with starts[x] ≤ u < starts[x + 1].
+    let mut starts = Vec::with_capacity(true_counts.len() + 1);
+    let mut total = 0u64;
+    starts.push(0);
+    for &c in true_counts {
+        total = total
+            .checked_add(c)
+            .ok_or_else(|| Error::Value("the total number of users overflows 2^64".into()))?;
+        starts.push(total);
+    }
+    let chunks = total.div_ceil(SAMPLE_CHUNK as u64);
+    let histogram = (0..chunks)
+        .into_par_iter()
+        .fold(
+            || vec![0u64; size],
+            |mut h, c| {
+                let mut rng = stream(key, c);
+                let first = c * SAMPLE_CHUNK as u64;
+                let last = (first + SAMPLE_CHUNK as u64).min(total);
+                // The value of user `first`: the last x whose start is ≤ first.
+                let mut x = starts.partition_point(|&s| s <= first) - 1;
+                for u in first..last {
+                    while starts[x + 1] <= u {
+                        x += 1;
+                    }
+                    h[mechanism.sample(&mut rng, x as u64) as usize] += 1;
+                }
+                h
+            },
+        )
+        .reduce(
+            || vec![0u64; size],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    Ok(histogram)
+}
+
+/// Check that a counts vector has the expected length.
+pub fn check_counts(counts: &[u64], expected: usize, what: &str) -> Result<u64> {
+    if counts.len() != expected {
+        return Err(Error::Value(format!(
+            "{what} must have length {expected}, got {}",
+            counts.len()
+        )));
+    }
+    Ok(counts.iter().sum())
+}
+
+/// Build an `rows × cols` channel matrix from a row function, refusing sizes above
+/// `max_entries`.
+pub fn channel_matrix(
+    rows: u64,
+    cols: u64,
+    max_entries: u64,
+    row: impl Fn(u64, &mut [f64]) + Sync,
+) -> Result<Vec<f64>> {
+    let entries = rows.checked_mul(cols).unwrap_or(u64::MAX);
+    if entries > max_entries {
+        return Err(Error::Value(format!(
+            "the channel matrix has {rows} × {cols} = {entries} entries, more than \
+             max_entries = {max_entries}"
+        )));
+    }
+    let mut q = crate::memory::zeroed_vec::<f64>(entries as usize, "the channel matrix")?;
+    q.par_chunks_mut(cols as usize)
+        .enumerate()
+        .for_each(|(x, r)| row(x as u64, r));
+    Ok(q)
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Helpers shared by the mechanisms' unit tests.
+    use super::*;
+    use crate::rng::key_from_u64;
+
+    /// Max |log Q(y|x) − log Q(y|x')| over a row-major channel matrix, and the max row-sum error.
+    pub fn channel_stats(q: &[f64], rows: usize) -> (f64, f64) {
+        let cols = q.len() / rows;
+        let mut worst = 0.0f64;
+        let mut sum_err = 0.0f64;
+        for x in 0..rows {
+            let s: f64 = q[x * cols..(x + 1) * cols].iter().sum();
+            sum_err = sum_err.max((s - 1.0).abs());
+        }
+        for y in 0..cols {
+            let column = (0..rows).map(|x| q[x * cols + y]);
+            let (lo, hi) = column.fold((f64::INFINITY, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
+            worst = worst.max((hi / lo).ln());
+        }
+        (worst, sum_err)
+    }
+
+    /// Empirical report frequencies of `draws` privatizations of `x`.
+    pub fn empirical_row<M: IndexMechanism>(m: &M, x: u32, draws: usize, seed: u64) -> Vec<f64> {
+        let values = vec![x; draws];
+        let mut reports = vec![0u64; draws];
+        privatize(m, &key_from_u64(seed), &values, &mut reports).unwrap();
+        let mut counts = vec![0u64; m.output_size() as usize];
+        aggregate(&reports, &mut counts, false).unwrap();
+        counts.iter().map(|&c| c as f64 / draws as f64).collect()
+    }
+
+    /// Pearson chi-square of observed frequencies against probabilities, for `draws` draws.
+    pub fn chi_square(freq: &[f64], probs: &[f64], draws: usize) -> f64 {
+        freq.iter()
+            .zip(probs)
+            .filter(|(_, &p)| p > 0.0)
+            .map(|(&f, &p)| {
+                let (o, e) = (f * draws as f64, p * draws as f64);
+                (o - e) * (o - e) / e
+            })
+            .sum()
+    }
+}
