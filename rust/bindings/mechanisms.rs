@@ -184,7 +184,7 @@ macro_rules! index_mechanism {
                 freq: PyReadonlyArray1<'py, f64>,
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let freq = slice(&freq, "freq")?;
-                self.check_len(freq.len(), self.inner.output_size())?;
+                check_length(freq.len(), self.inner.output_size())?;
                 Ok(vector(py, run(py, || Ok(self.inner.estimate_from_frequencies(freq)))?))
             }
 
@@ -194,7 +194,7 @@ macro_rules! index_mechanism {
                 dist: PyReadonlyArray1<'py, f64>,
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let dist = slice(&dist, "dist")?;
-                self.check_len(dist.len(), self.inner.domain())?;
+                check_length(dist.len(), self.inner.domain())?;
                 Ok(vector(py, run(py, || Ok(self.inner.expected_frequencies(dist)))?))
             }
 
@@ -204,7 +204,7 @@ macro_rules! index_mechanism {
                 w: PyReadonlyArray1<'py, f64>,
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let w = slice(&w, "w")?;
-                self.check_len(w.len(), self.inner.output_size())?;
+                check_length(w.len(), self.inner.output_size())?;
                 Ok(vector(py, run(py, || Ok(self.inner.channel_apply(w)))?))
             }
 
@@ -221,17 +221,173 @@ macro_rules! index_mechanism {
             }
         }
 
+    };
+}
+
+/// The methods every bit-vector mechanism shares: reports are 2-D uint8 arrays of shape
+/// `(n, ⌈bits/8⌉)` in `numpy.packbits` layout; the aggregate is per-bit counts. The Rust type
+/// must implement `BitMechanism` plus `epsilon`, `realized_epsilon`, `probabilities`,
+/// `simulate(&key, true_counts) -> Result<Vec<u64>>`, `estimate_raw`,
+/// `estimate_from_frequencies`, `expected_frequencies`, `channel_apply` and `channel_row`
+/// (over the `2^bits` outputs, output index `o` ↔ bit j = `(o >> j) & 1`).
+#[allow(unused_macros)]
+macro_rules! bit_mechanism {
+    ($py_type:ident, $rust_type:ty, $name:literal, { $($extra:tt)* }) => {
+        #[pyclass(module = "ldpdist._core", name = $name, frozen)]
+        pub struct $py_type {
+            inner: $rust_type,
+        }
+
+        #[pymethods]
         impl $py_type {
-            fn check_len(&self, got: usize, want: u64) -> PyResult<()> {
-                if got as u64 != want {
+            $($extra)*
+
+            #[getter]
+            fn k(&self) -> u64 {
+                BitMechanism::domain(&self.inner)
+            }
+            #[getter]
+            fn epsilon(&self) -> f64 {
+                self.inner.epsilon()
+            }
+            /// Bits per report.
+            #[getter]
+            fn output_size(&self) -> u64 {
+                self.inner.bits()
+            }
+            #[getter]
+            fn realized_epsilon(&self) -> f64 {
+                self.inner.realized_epsilon()
+            }
+            fn probabilities(&self) -> (f64, f64) {
+                self.inner.probabilities()
+            }
+
+            #[pyo3(signature = (values, key))]
+            fn privatize<'py>(
+                &self,
+                py: Python<'py>,
+                values: PyReadonlyArray1<'py, u32>,
+                key: Option<&[u8]>,
+            ) -> PyResult<Bound<'py, PyArray2<u8>>> {
+                let values = slice(&values, "values")?;
+                let key = key_from(key).map_err(to_py)?;
+                let width = mechanisms::row_bytes(self.inner.bits());
+                let rows = run(py, || {
+                    let total = values.len().checked_mul(width).ok_or_else(|| {
+                        crate::error::Error::Memory("the reports do not fit in memory".into())
+                    })?;
+                    let mut out = crate::memory::zeroed_vec::<u8>(total, "the reports")?;
+                    mechanisms::privatize_bits(&self.inner, &key, values, &mut out)?;
+                    Ok(out)
+                })?;
+                let array = Array2::from_shape_vec((values.len(), width), rows)
+                    .map_err(|e| super::InternalError::new_err(e.to_string()))?;
+                Ok(array.into_pyarray(py))
+            }
+
+            fn aggregate(
+                &self,
+                py: Python<'_>,
+                reports: numpy::PyReadonlyArray2<'_, u8>,
+                mut counts: PyReadwriteArray1<'_, u64>,
+                drop_invalid: bool,
+            ) -> PyResult<(u64, u64, Option<usize>)> {
+                let width = mechanisms::row_bytes(self.inner.bits());
+                let shape = numpy::PyUntypedArrayMethods::shape(&reports).to_vec();
+                if shape[1] != width {
                     return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                        "expected a vector of length {want}, got {got}"
+                        "packed reports must have shape (n, {width}), got {shape:?}"
                     )));
                 }
-                Ok(())
+                let reports = slice(&reports, "reports")?;
+                let counts = counts.as_slice_mut().map_err(|_| {
+                    PyTypeError::new_err("counts must be a contiguous uint64 array")
+                })?;
+                let tally = run(py, || {
+                    mechanisms::aggregate_bits(&self.inner, reports, counts, drop_invalid)
+                })?;
+                Ok((tally.valid, tally.invalid, tally.first_invalid))
+            }
+
+            #[pyo3(signature = (true_counts, key))]
+            fn simulate<'py>(
+                &self,
+                py: Python<'py>,
+                true_counts: PyReadonlyArray1<'py, u64>,
+                key: Option<&[u8]>,
+            ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+                let true_counts = slice(&true_counts, "true_counts")?;
+                let key = key_from(key).map_err(to_py)?;
+                Ok(run(py, || self.inner.simulate(&key, true_counts))?.into_pyarray(py))
+            }
+
+            fn estimate_raw<'py>(
+                &self,
+                py: Python<'py>,
+                counts: PyReadonlyArray1<'py, u64>,
+                n: u64,
+            ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+                let counts = slice(&counts, "counts")?;
+                mechanisms::check_counts(counts, self.inner.bits() as usize, "counts")
+                    .map_err(to_py)?;
+                Ok(vector(py, run(py, || Ok(self.inner.estimate_raw(counts, n)))?))
+            }
+
+            fn estimate_from_frequencies<'py>(
+                &self,
+                py: Python<'py>,
+                freq: PyReadonlyArray1<'py, f64>,
+            ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+                let freq = slice(&freq, "freq")?;
+                check_length(freq.len(), self.inner.bits())?;
+                Ok(vector(py, run(py, || Ok(self.inner.estimate_from_frequencies(freq)))?))
+            }
+
+            fn expected_frequencies<'py>(
+                &self,
+                py: Python<'py>,
+                dist: PyReadonlyArray1<'py, f64>,
+            ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+                let dist = slice(&dist, "dist")?;
+                check_length(dist.len(), BitMechanism::domain(&self.inner))?;
+                Ok(vector(py, run(py, || Ok(self.inner.expected_frequencies(dist)))?))
+            }
+
+            fn channel_apply<'py>(
+                &self,
+                py: Python<'py>,
+                w: PyReadonlyArray1<'py, f64>,
+            ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+                let w = slice(&w, "w")?;
+                check_length(w.len(), self.inner.bits())?;
+                Ok(vector(py, run(py, || Ok(self.inner.channel_apply(w)))?))
+            }
+
+            #[pyo3(signature = (max_entries=None))]
+            fn channel_matrix<'py>(
+                &self,
+                py: Python<'py>,
+                max_entries: Option<u64>,
+            ) -> PyResult<Bound<'py, PyArray2<f64>>> {
+                let inner = &self.inner;
+                let bits = inner.bits();
+                let outputs = if bits < 63 { 1u64 << bits } else { u64::MAX };
+                channel_matrix(py, BitMechanism::domain(inner), outputs, max_entries, |x, r| {
+                    inner.channel_row(x, r)
+                })
             }
         }
     };
+}
+
+fn check_length(got: usize, want: u64) -> PyResult<()> {
+    if got as u64 != want {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "expected a vector of length {want}, got {got}"
+        )));
+    }
+    Ok(())
 }
 
 index_mechanism!(

@@ -220,6 +220,153 @@ pub fn simulate<M: IndexMechanism>(
     Ok(histogram)
 }
 
+/// A mechanism whose report is a vector of `bits()` bits, stored as a row of `⌈bits/8⌉`
+/// bytes in `numpy.packbits` layout: bit j is `(row[j / 8] >> (7 − j % 8)) & 1`, and the
+/// padding bits after the last one are 0. The aggregate is the vector of per-bit counts.
+pub trait BitMechanism: Sync {
+    /// k: values are integers in `[0, k)`.
+    fn domain(&self) -> u64;
+    /// Bits per report.
+    fn bits(&self) -> u64;
+    /// Write the report of `x < k` into `row` (`⌈bits/8⌉` bytes, zeroed by the caller),
+    /// drawing randomness from `rng` only.
+    fn sample_into(&self, rng: &mut StreamRng, x: u64, row: &mut [u8]);
+    /// Whether a row with padding bits already checked to be zero is a possible report
+    /// (e.g. exactly d ones for subset selection). Default: every pattern is.
+    fn valid_row(&self, _row: &[u8]) -> bool {
+        true
+    }
+}
+
+/// Bytes per packed report row.
+pub fn row_bytes(bits: u64) -> usize {
+    bits.div_ceil(8) as usize
+}
+
+/// Set bit j of a packed row.
+#[inline(always)]
+pub fn set_bit(row: &mut [u8], j: u64) {
+    row[(j / 8) as usize] |= 0x80 >> (j % 8);
+}
+
+/// Bit j of a packed row.
+#[inline(always)]
+pub fn get_bit(row: &[u8], j: u64) -> bool {
+    row[(j / 8) as usize] & (0x80 >> (j % 8)) != 0
+}
+
+/// Privatize every value into `out` (`values.len()` rows of `row_bytes(bits)` bytes), in
+/// parallel; user u draws from the stream of chunk `u / SAMPLE_CHUNK`, as for index
+/// mechanisms.
+pub fn privatize_bits<M: BitMechanism>(
+    mechanism: &M,
+    key: &Key,
+    values: &[u32],
+    out: &mut [u8],
+) -> Result<()> {
+    let width = row_bytes(mechanism.bits());
+    assert_eq!(values.len() * width, out.len(), "one row per value");
+    check_values(values, mechanism.domain())?;
+    if width == 0 {
+        return Ok(());
+    }
+    out.par_chunks_mut(SAMPLE_CHUNK * width)
+        .enumerate()
+        .for_each(|(c, rows)| {
+            let mut rng = stream(key, c as u64);
+            let first = c * SAMPLE_CHUNK;
+            for (row, &x) in rows.chunks_exact_mut(width).zip(&values[first..]) {
+                mechanism.sample_into(&mut rng, x as u64, row);
+            }
+        });
+    Ok(())
+}
+
+/// Whether a row's padding bits are zero and the mechanism accepts it.
+fn row_is_valid<M: BitMechanism>(mechanism: &M, row: &[u8]) -> bool {
+    let pad = (8 * row.len() as u64 - mechanism.bits()) as u32;
+    let padding_clear = pad == 0
+        || row
+            .last()
+            .is_none_or(|&b| b & ((1u16 << pad) - 1) as u8 == 0);
+    padding_clear && mechanism.valid_row(row)
+}
+
+/// Add the per-bit counts of packed `reports` (`n · row_bytes` bytes) to `counts` (length
+/// `bits`). Malformed rows are tallied; with `drop_invalid == false` any of them is an error
+/// and `counts` is left untouched.
+pub fn aggregate_bits<M: BitMechanism>(
+    mechanism: &M,
+    reports: &[u8],
+    counts: &mut [u64],
+    drop_invalid: bool,
+) -> Result<Tally> {
+    let bits = mechanism.bits();
+    let width = row_bytes(bits);
+    if counts.len() as u64 != bits {
+        return Err(Error::Value(format!(
+            "counts must have length {bits}, got {}",
+            counts.len()
+        )));
+    }
+    if width == 0 || reports.len() % width != 0 {
+        return Err(Error::Value(format!(
+            "packed reports must have {width} bytes per row, got {} bytes in all",
+            reports.len()
+        )));
+    }
+    let n = reports.len() / width;
+    let (histogram, invalid) = reports
+        .par_chunks(SAMPLE_CHUNK * width)
+        .fold(
+            || (vec![0u64; bits as usize], 0u64),
+            |(mut h, mut bad), rows| {
+                for row in rows.chunks_exact(width) {
+                    if !row_is_valid(mechanism, row) {
+                        bad += 1;
+                        continue;
+                    }
+                    for (b, &byte) in row.iter().enumerate() {
+                        let mut v = byte;
+                        while v != 0 {
+                            let t = v.leading_zeros() as usize;
+                            h[8 * b + t] += 1;
+                            v &= !(0x80 >> t);
+                        }
+                    }
+                }
+                (h, bad)
+            },
+        )
+        .reduce(
+            || (vec![0u64; bits as usize], 0u64),
+            |(mut a, bad_a), (b, bad_b)| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                (a, bad_a + bad_b)
+            },
+        );
+    let first_invalid = (invalid > 0)
+        .then(|| {
+            reports
+                .chunks_exact(width)
+                .position(|row| !row_is_valid(mechanism, row))
+        })
+        .flatten();
+    if invalid > 0 && !drop_invalid {
+        return Err(Error::Value(format!(
+            "{invalid} of {n} reports are malformed (padding bits set, or not a possible report \
+             of this mechanism); the first is row {} (pass on_invalid='drop' to drop and count them)",
+            first_invalid.unwrap_or(0)
+        )));
+    }
+    counts.iter_mut().zip(&histogram).for_each(|(c, h)| *c += h);
+    Ok(Tally {
+        valid: (n as u64) - invalid,
+        invalid,
+        first_invalid,
+    })
+}
+
 /// Check that a counts vector has the expected length.
 pub fn check_counts(counts: &[u64], expected: usize, what: &str) -> Result<u64> {
     if counts.len() != expected {

@@ -4,12 +4,13 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 """
 
 from .aggregator import Aggregator
-from .base import Mechanism, from_dict
+from .base import BitVectorMechanism, Mechanism, from_dict
 from .hadamard_response import HadamardResponse
 from .randomized_response import RandomizedResponse
 
 __all__ = [
     "Aggregator",
+    "BitVectorMechanism",
     "Mechanism",
     "from_dict",
     "HadamardResponse",

@@ -269,3 +269,30 @@ class Mechanism:
         """Adjoint of :meth:`_expected_frequencies`."""
         return self._core.channel_apply(np.ascontiguousarray(w, dtype=np.float64))
 
+
+
+class BitVectorMechanism(Mechanism):
+    """Base of mechanisms whose report is a bit vector (RAPPOR, unary encodings, subset
+    selection).
+
+    Reports are uint8 arrays of shape ``(n, ceil(output_size / 8))`` in ``numpy.packbits``
+    layout (bit j of a report is ``np.unpackbits(row)[j]``; padding bits are 0); the
+    aggregate is the vector of per-bit counts (length ``output_size``).
+    """
+
+    report_kind: ClassVar[str] = "bits"
+
+    def _prepare_reports(self, reports: Any, drop: bool) -> "tuple[np.ndarray, int]":
+        array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+        width = -(-self.output_size // 8)
+        if array.dtype != np.uint8:
+            raise TypeError(
+                f"bit-vector reports must be uint8 rows from np.packbits, got dtype {array.dtype}")
+        if array.ndim != 2 or array.shape[1] != width:
+            raise ValueError(
+                f"bit-vector reports must have shape (n, {width}), got {array.shape}")
+        return np.ascontiguousarray(array), 0
+
+    def _check_counts(self, counts: np.ndarray, n: int) -> None:
+        if counts.size and int(counts.max()) > n:
+            raise ValueError(f"corrupt aggregator: a bit count exceeds n = {n}")
