@@ -22,7 +22,7 @@
 //! in ρ, so it never exceeds `e^ε`; the estimator uses the realized `Z' = h/ρ·…` probabilities.
 
 use super::randomized_response::round_down;
-use super::{check_domain, check_epsilon, IndexMechanism};
+use super::{check_domain, check_epsilon, FastDiv, IndexMechanism};
 use crate::error::Result;
 use crate::hadamard::fwht_in_place;
 use crate::rng::{uniform_below, BernoulliThreshold, StreamRng};
@@ -39,6 +39,8 @@ pub struct HadamardResponse {
     /// Probability of reporting inside C_x, as realized.
     rho: f64,
     inside: BernoulliThreshold,
+    /// Division by b − 1 (rows per block), without a hardware divide per report.
+    rows_per_block: FastDiv,
 }
 
 impl HadamardResponse {
@@ -65,6 +67,7 @@ impl HadamardResponse {
             blocks,
             rho,
             inside,
+            rows_per_block: FastDiv::new(b - 1),
         })
     }
 
@@ -76,6 +79,11 @@ impl HadamardResponse {
     /// and outputs kept (`⌈k/(b−1)⌉·b`).
     pub fn shape(&self) -> (u64, u64, u64) {
         (self.big_b, self.b, self.blocks * self.b)
+    }
+
+    /// Number of outputs, as a length.
+    pub fn output_size_usize(&self) -> usize {
+        (self.blocks * self.b) as usize
     }
 
     fn h(&self) -> f64 {
@@ -109,7 +117,8 @@ impl HadamardResponse {
     /// Block and row of symbol x.
     #[inline]
     fn place(&self, x: u64) -> (u64, u64) {
-        (x / (self.b - 1), x % (self.b - 1) + 1)
+        let (j, r) = self.rows_per_block.div_rem(x);
+        (j, r + 1)
     }
 
     /// Row x of the channel matrix (length K).

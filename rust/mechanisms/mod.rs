@@ -42,6 +42,39 @@ pub fn check_domain(k: u64) -> Result<()> {
     Ok(())
 }
 
+/// Division of 32-bit values by a fixed divisor with one 128-bit multiply (Lemire, Kaser &
+/// Kurz 2019, "Faster remainder by direct computation"): exact for every `x < 2^32`.
+#[derive(Clone, Copy, Debug)]
+pub struct FastDiv {
+    divisor: u64,
+    inverse: u64,
+}
+
+impl FastDiv {
+    pub fn new(divisor: u64) -> Self {
+        assert!(divisor >= 1, "FastDiv divides by a positive number");
+        // ⌈2^64 / d⌉ (wrapping to 0 for d = 1, handled in div_rem).
+        Self {
+            divisor,
+            inverse: (u64::MAX / divisor).wrapping_add(1),
+        }
+    }
+
+    /// `(x / d, x % d)` for `x < 2^32`.
+    #[inline(always)]
+    pub fn div_rem(&self, x: u64) -> (u64, u64) {
+        debug_assert!(x < 1 << 32);
+        if self.divisor == 1 {
+            return (x, 0);
+        }
+        if self.divisor > 1 << 32 {
+            return (0, x);
+        }
+        let q = ((self.inverse as u128 * x as u128) >> 64) as u64;
+        (q, x - q * self.divisor)
+    }
+}
+
 /// Unsigned integer types reports are stored in (the smallest that holds `output_size − 1`).
 pub trait ReportInt: Copy + Send + Sync + Default + 'static {
     fn from_u64(v: u64) -> Self;
@@ -398,6 +431,49 @@ pub fn channel_matrix(
         .enumerate()
         .for_each(|(x, r)| row(x as u64, r));
     Ok(q)
+}
+
+#[cfg(test)]
+mod fast_div_tests {
+    use super::FastDiv;
+
+    #[test]
+    fn matches_hardware_division() {
+        let xs = [
+            0u64,
+            1,
+            2,
+            3,
+            7,
+            1000,
+            65535,
+            65536,
+            (1 << 31) + 5,
+            (1 << 32) - 1,
+        ];
+        for d in [
+            1u64,
+            2,
+            3,
+            7,
+            15,
+            255,
+            1023,
+            65535,
+            1 << 20,
+            (1 << 32) - 1,
+            1 << 32,
+            (1 << 33) - 1,
+        ] {
+            let f = FastDiv::new(d);
+            for &x in &xs {
+                assert_eq!(f.div_rem(x), (x / d, x % d), "x {x} d {d}");
+            }
+            for x in (0..1u64 << 32).step_by(104_729) {
+                assert_eq!(f.div_rem(x), (x / d, x % d), "x {x} d {d}");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
