@@ -22,6 +22,7 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, List, NamedTuple, Optional
 
 import numpy as np
@@ -55,14 +56,22 @@ class IbuResult(NamedTuple):
 
 
 def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int, *,
-                              max_iter: int = 10_000, tol: float = 1e-10,
+                              max_iter: int = 10_000, tol: float = 1e-12,
                               start: Optional[np.ndarray] = None,
-                              record_likelihood: bool = False) -> IbuResult:
+                              record_likelihood: bool = False,
+                              accelerate: bool = True) -> IbuResult:
     """EM for the distribution of the users' values given the aggregated counts.
 
-    Each step is ``p <- p * Q(f / (Q^T p)) / Q(1)`` with ``f = counts / n``, the channel
-    products computed by the mechanism (one FWHT per block for Hadamard Response). It stops
-    when the l1 change of ``p`` is below ``tol`` or after ``max_iter`` steps.
+    The EM step is ``p <- p * Q(f / (Q^T p)) / Q(1)`` with ``f = counts / n``, the channel
+    products computed by the mechanism (one FWHT per block for Hadamard Response). Plain EM
+    needs tens of thousands of steps when the maximum-likelihood estimate lies on the boundary
+    of the simplex (typical for sparse distributions), so by default the steps are accelerated
+    with SQUAREM (Varadhan & Roland 2008: one extrapolation from two EM steps, clipped to the
+    simplex's interior, then an EM step), and an extrapolation is kept only when it does not lower the
+    likelihood, so the likelihood never decreases. It stops when an iteration raises the
+    log-likelihood by less than ``tol`` relative to its magnitude, or after ``max_iter``
+    iterations. (At small n the maximum-likelihood estimate can be further from p than an
+    early EM iterate: it fits the noise. That is the estimator, not a convergence problem.)
     """
     max_iter = integer(max_iter, "max_iter", minimum=1)
     tol = real(tol, "tol")
@@ -78,22 +87,46 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
             return float(n * np.sum(freq[observed] * np.log(expected[observed])))
         return float(n * (np.sum(freq[observed] * np.log(expected[observed])) - expected.sum()))
 
-    history: List[float] = []
+    def em_step(current: np.ndarray, expected: np.ndarray) -> np.ndarray:
+        ratio = np.zeros_like(freq)
+        ratio[observed] = freq[observed] / expected[observed]
+        return current * mechanism._channel_apply(ratio) / column_mass
+
     expected = mechanism._expected_frequencies(p)
-    if record_likelihood:
-        history.append(log_likelihood(expected))
+    current_ll = log_likelihood(expected)
+    history: List[float] = [current_ll] if record_likelihood else []
     converged = False
     iterations = 0
     for iterations in range(1, max_iter + 1):
-        ratio = np.zeros_like(freq)
-        ratio[observed] = freq[observed] / expected[observed]
-        updated = p * mechanism._channel_apply(ratio) / column_mass
-        change = float(np.abs(updated - p).sum())
-        p = updated
-        expected = mechanism._expected_frequencies(p)
+        p1 = em_step(p, expected)
+        candidate = p1
+        if accelerate:
+            e1 = mechanism._expected_frequencies(p1)
+            p2 = em_step(p1, e1)
+            r, v = p1 - p, p2 - 2 * p1 + p
+            v_norm = np.linalg.norm(v)
+            candidate = p2
+            if v_norm > 0:
+                alpha = -np.linalg.norm(r) / v_norm
+                # Clip into the interior: a coordinate set to 0 would stay 0 under EM forever.
+                jump = np.maximum(p - 2 * alpha * r + alpha * alpha * v, 1e-3 * p2)
+                total = jump.sum()
+                if total > 0:
+                    jump *= p2.sum() / total
+                    jump = em_step(jump, mechanism._expected_frequencies(jump))
+                    e_jump = mechanism._expected_frequencies(jump)
+                    if log_likelihood(e_jump) >= log_likelihood(mechanism._expected_frequencies(p2)):
+                        candidate = jump
+        new_expected = mechanism._expected_frequencies(candidate)
+        new_ll = log_likelihood(new_expected)
+        if new_ll < current_ll:  # numerical safety net: never accept a worse point
+            candidate, new_expected = p1, mechanism._expected_frequencies(p1)
+            new_ll = log_likelihood(new_expected)
+        gain = new_ll - current_ll
+        p, expected, current_ll = candidate, new_expected, max(new_ll, current_ll)
         if record_likelihood:
-            history.append(log_likelihood(expected))
-        if change < tol:
+            history.append(new_ll)
+        if gain <= tol * max(1.0, abs(current_ll)):
             converged = True
             break
     total = p.sum()
@@ -102,7 +135,7 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
 
 def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "project", *,
            sparsity: Optional[int] = None, max_iter: int = 10_000,
-           tol: float = 1e-10) -> np.ndarray:
+           tol: float = 1e-12) -> np.ndarray:
     """Estimate of shape (k,) from aggregated ``counts`` of ``n`` reports (see module doc)."""
     if decoder not in DECODERS:
         raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
@@ -115,7 +148,13 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
     if n <= 0:
         raise ValueError("there are no reports to estimate from (n = 0)")
     if decoder == "ibu":
-        return iterative_bayesian_update(mechanism, counts, n, max_iter=max_iter, tol=tol).estimate
+        result = iterative_bayesian_update(mechanism, counts, n, max_iter=max_iter, tol=tol)
+        if not result.converged:
+            warnings.warn(
+                f"the iterative Bayesian update did not reach tol={tol} in max_iter={max_iter} "
+                "iterations; the estimate is the last iterate (raise max_iter or tol)",
+                RuntimeWarning, stacklevel=3)
+        return result.estimate
     raw = mechanism._core.estimate_raw(counts, n)
     if decoder == "raw":
         return raw

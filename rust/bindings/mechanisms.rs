@@ -406,9 +406,10 @@ index_mechanism!(
 
 index_mechanism!(PyHadamardResponse, HadamardResponse, "HadamardResponse", {
     #[new]
-    fn new(k: u64, epsilon: f64) -> PyResult<Self> {
+    #[pyo3(signature = (k, epsilon, blocks=None))]
+    fn new(k: u64, epsilon: f64, blocks: Option<u64>) -> PyResult<Self> {
         Ok(Self {
-            inner: HadamardResponse::new(k, epsilon).map_err(to_py)?,
+            inner: HadamardResponse::with_blocks(k, epsilon, blocks).map_err(to_py)?,
         })
     }
 

@@ -44,15 +44,34 @@ pub struct HadamardResponse {
 }
 
 impl HadamardResponse {
+    /// The construction of the paper: `B` = largest power of 2 with `B ≤ min(e^ε, 2k)`.
     pub fn new(k: u64, epsilon: f64) -> Result<Self> {
+        Self::with_blocks(k, epsilon, None)
+    }
+
+    /// With `big_b = Some(B)` (a power of two, `1 ≤ B ≤ 2k`) instead of the paper's rule;
+    /// `Some(1)` is the high-privacy HR for every ε. Every B gives an exactly ε-LDP channel.
+    pub fn with_blocks(k: u64, epsilon: f64, big_b: Option<u64>) -> Result<Self> {
         check_domain(k)?;
         check_epsilon(epsilon)?;
         let e = epsilon.exp();
-        let cap = e.min(2.0 * k as f64);
-        let mut big_b = 1u64;
-        while (2 * big_b) as f64 <= cap {
-            big_b *= 2;
-        }
+        let big_b = match big_b {
+            Some(v) if v.is_power_of_two() && v <= 2 * k => v,
+            Some(v) => {
+                return Err(crate::error::Error::Value(format!(
+                    "blocks (B) must be a power of two in [1, 2k] = [1, {}], got {v}",
+                    2 * k
+                )))
+            }
+            None => {
+                let cap = e.min(2.0 * k as f64);
+                let mut v = 1u64;
+                while (2 * v) as f64 <= cap {
+                    v *= 2;
+                }
+                v
+            }
+        };
         let per_block = k.div_ceil(big_b); // ⌈k/B⌉
         let b = (per_block + 1).next_power_of_two(); // smallest power of 2 > ⌈k/B⌉
         let blocks = k.div_ceil(b - 1);

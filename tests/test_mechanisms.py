@@ -1,0 +1,413 @@
+"""Acceptance tests shared by every mechanism: exact privacy of the channel, sampler
+fidelity, unbiasedness, simulate vs privatize, error rates, decoders, aggregators, specs and
+bad input. Parametrized over every registered mechanism class."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import ldpdist
+from ldpdist.decoders import iterative_bayesian_update
+from ldpdist.mechanisms.base import _REGISTRY
+
+MECHANISMS = [_REGISTRY[name] for name in sorted(_REGISTRY)]
+IDS = [cls.__name__ for cls in MECHANISMS]
+KS = [2, 3, 7, 16, 100]
+EPSILONS = [0.1, 0.5, 1.0, 2.0, 5.0]
+
+
+def make(cls, k, epsilon):
+    return cls(k=k, epsilon=epsilon)
+
+
+def dirichlet(k, seed, alpha=1.0):
+    return np.random.default_rng(seed).dirichlet(np.full(k, alpha))
+
+
+def sample_values(p, n, seed):
+    return np.random.default_rng(seed).choice(p.size, size=n, p=p)
+
+
+# ------------------------------------------------------------------------------------------
+# Privacy: the channel actually used
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("epsilon", EPSILONS)
+def test_channel_is_epsilon_ldp_and_realized_epsilon_is_exact(cls, k, epsilon):
+    mech = make(cls, k, epsilon)
+    realized = mech.realized_epsilon
+    assert realized <= epsilon + 1e-12
+    try:
+        Q = mech.channel_matrix(max_entries=2**24)
+    except ValueError as exc:
+        # Only refused when the output space really is too large to write down.
+        assert "max_entries" in str(exc)
+        return
+    assert Q.shape[0] == k
+    np.testing.assert_allclose(Q.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert (Q >= 0).all()
+    used = Q.max(axis=0) > 0
+    ratio = np.log(Q[:, used].max(axis=0) / Q[:, used].min(axis=0)).max()
+    assert ratio <= epsilon + 1e-12
+    assert ratio == pytest.approx(realized, abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------
+# Sampler fidelity
+
+CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12,
+            9: 27.88, 10: 29.59, 11: 31.26, 12: 32.91, 13: 34.53, 14: 36.12, 15: 37.70}
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_empirical_reports_follow_the_channel(cls):
+    k, epsilon, draws = 4, 1.0, 60_000
+    mech = make(cls, k, epsilon)
+    for x in (0, k - 1):
+        reports = mech.privatize(np.full(draws, x), seed=100 + x)
+        if mech.report_kind == "index":
+            Q = mech.channel_matrix()
+            observed = np.bincount(reports.astype(np.int64), minlength=Q.shape[1])
+            expected = draws * Q[x]
+            keep = expected > 0
+            assert observed[~keep].sum() == 0
+            chi2 = ((observed[keep] - expected[keep]) ** 2 / expected[keep]).sum()
+            df = int(keep.sum()) - 1
+            if df > 15:  # pool into at most 16 cells of similar size
+                pytest.fail(f"unexpectedly many outputs ({df + 1}) for k = {k}")
+            assert chi2 < CHI2_999[df], f"x = {x}: chi2 = {chi2:.1f} (df {df})"
+        else:
+            bits = np.unpackbits(reports, axis=1)[:, : mech.output_size]
+            one_hot = np.zeros(k)
+            one_hot[x] = 1.0
+            p_bits = mech._expected_frequencies(one_hot)
+            freq = bits.mean(axis=0)
+            sd = np.sqrt(p_bits * (1 - p_bits) / draws)
+            assert (np.abs(freq - p_bits) <= 4.5 * sd + 1e-12).all(), (freq, p_bits)
+
+
+# ------------------------------------------------------------------------------------------
+# Unbiasedness
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+@pytest.mark.parametrize("k,epsilon", [(2, 0.1), (7, 1.0), (16, 2.0), (100, 0.5), (100, 5.0)])
+def test_raw_estimator_is_unbiased_on_exact_expectations(cls, k, epsilon):
+    mech = make(cls, k, epsilon)
+    p = dirichlet(k, seed=k)
+    expected = mech._expected_frequencies(p)
+    estimate = mech._core.estimate_from_frequencies(expected)
+    np.testing.assert_allclose(estimate, p, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_expected_frequencies_and_channel_apply_are_adjoint(cls):
+    mech = make(cls, 7, 1.5)
+    p = dirichlet(7, seed=3)
+    w = np.random.default_rng(4).standard_normal(mech._statistic_size)
+    lhs = mech._expected_frequencies(p) @ w
+    rhs = p @ mech._channel_apply(w)
+    assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# simulate vs privatize
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_simulate_matches_privatize_in_mean_and_variance(cls):
+    k, epsilon, runs = 5, 1.0, 60
+    mech = make(cls, k, epsilon)
+    true_counts = np.array([400, 0, 250, 100, 50])
+    values = np.repeat(np.arange(k), true_counts)
+    simulated = np.array([mech.simulate(true_counts, seed=s).counts for s in range(runs)], float)
+    direct = np.array([mech.aggregator().add(mech.privatize(values, seed=1000 + s)).counts
+                       for s in range(runs)], float)
+    expected_mean = true_counts.sum() * mech._expected_frequencies(true_counts / true_counts.sum())
+    for sample in (simulated, direct):
+        mean, var = sample.mean(axis=0), sample.var(axis=0, ddof=1)
+        se = np.sqrt(np.maximum(var, 1.0) / runs)
+        assert (np.abs(mean - expected_mean) <= 5 * se).all()
+    # Variances agree: ratio of sample variances within the F(59, 59) 0.1% band, on the
+    # coordinates with enough variance to compare.
+    v_sim, v_dir = simulated.var(axis=0, ddof=1), direct.var(axis=0, ddof=1)
+    busy = (v_sim > 1) & (v_dir > 1)
+    assert busy.any()
+    assert ((v_sim[busy] / v_dir[busy] > 0.40) & (v_sim[busy] / v_dir[busy] < 2.5)).all()
+
+
+@pytest.mark.parametrize("cls", [c for c in MECHANISMS if c.report_kind == "index"],
+                         ids=[c.__name__ for c in MECHANISMS if c.report_kind == "index"])
+def test_index_simulate_equals_privatizing_sorted_values(cls):
+    mech = make(cls, 9, 0.8)
+    true_counts = np.array([3, 0, 70_000, 5, 1, 0, 200, 9, 66_000])
+    simulated = mech.simulate(true_counts, seed=42).counts
+    reports = mech.privatize(np.repeat(np.arange(9), true_counts), seed=42)
+    np.testing.assert_array_equal(simulated, mech.aggregator().add(reports).counts)
+
+
+# ------------------------------------------------------------------------------------------
+# Error rates
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_error_falls_like_one_over_root_n(cls):
+    k, epsilon, runs = 20, 1.0, 12
+    mech = make(cls, k, epsilon)
+    p = dirichlet(k, seed=11)
+    ns = np.array([2_000, 8_000, 32_000, 128_000, 512_000])
+    rng = np.random.default_rng(12)
+    errors = []
+    for n in ns:
+        err = [np.linalg.norm(mech.simulate(rng.multinomial(n, p), seed=int(n) + r)
+                              .estimate("raw") - p) for r in range(runs)]
+        errors.append(np.mean(err))
+    slope = np.polyfit(np.log(ns), np.log(errors), 1)[0]
+    assert -0.6 < slope < -0.4, f"slope {slope:.3f}, errors {errors}"
+
+
+def bassily_bound(k, n, epsilon):
+    c = (math.exp(epsilon) + 1) / (math.exp(epsilon) - 1)
+    return min((256 * c * c * math.log(k) / n) ** 0.25, math.sqrt(4 * c * c * k / n))
+
+
+@pytest.mark.parametrize("k,n", [(1000, 2_000), (1000, 200_000), (16, 5_000)])
+def test_projected_hadamard_response_is_within_bassily_theorem_4_2(k, n):
+    # shared/notes/linear-queries.md: E||p_hat - p||_2 <= min((256 c^2 ln J / n)^(1/4),
+    # sqrt(4 c^2 J / n)), c = (e^eps + 1)/(e^eps - 1); Dirichlet(0.5) p, 20 runs, eps = 1.
+    # Algorithm 5 is the high-privacy HR (blocks=1) at every epsilon.
+    epsilon, runs = 1.0, 20
+    mech = ldpdist.HadamardResponse(k, epsilon, blocks=1)
+    rng = np.random.default_rng(k + n)
+    raw_errors, projected_errors = [], []
+    for r in range(runs):
+        p = rng.dirichlet(np.full(k, 0.5))
+        agg = mech.simulate(rng.multinomial(n, p), seed=r)
+        raw, projected = agg.estimate("raw"), agg.estimate("project")
+        raw_errors.append(np.linalg.norm(raw - p))
+        projected_errors.append(np.linalg.norm(projected - p))
+        # Projection onto a convex set containing p never increases the l2 error.
+        assert projected_errors[-1] <= raw_errors[-1] + 1e-12
+    bound = bassily_bound(k, n, epsilon)
+    assert np.mean(projected_errors) <= bound, (np.mean(projected_errors), bound)
+    # The note's measurements (raw ≈ 1.53 / 0.152 / 0.124, projected ≈ 0.19 / 0.068 / 0.101).
+    note = {(1000, 2_000): (1.53, 0.19), (1000, 200_000): (0.152, 0.068), (16, 5_000): (0.124, 0.101)}
+    raw_note, projected_note = note[(k, n)]
+    assert np.mean(raw_errors) == pytest.approx(raw_note, rel=0.1)
+    assert np.mean(projected_errors) == pytest.approx(projected_note, rel=0.1)
+    # The general (b, B) construction (B = 2 at eps = 1) is within the bound too.
+    general = ldpdist.HadamardResponse(k, epsilon)
+    assert general.construction[0] == 2
+    errors = [np.linalg.norm(general.simulate(rng.multinomial(n, p), seed=100 + r)
+                             .estimate("project") - p) for r, p in
+              enumerate(rng.dirichlet(np.full(k, 0.5), size=runs))]
+    assert np.mean(errors) <= bound
+
+
+# ------------------------------------------------------------------------------------------
+# Decoders
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_decoders(cls):
+    k = 12
+    mech = make(cls, k, 1.0)
+    p = dirichlet(k, seed=5, alpha=0.3)
+    agg = mech.simulate(np.random.default_rng(6).multinomial(20_000, p), seed=7)
+    raw = agg.estimate("raw")
+    projected = agg.estimate("project")
+    normalized = agg.estimate("normalize")
+    sparse = agg.estimate("sparse_project", sparsity=3)
+    ibu = agg.estimate("ibu")
+    for est in (projected, normalized, sparse, ibu):
+        assert est.shape == (k,) and (est >= 0).all() and est.sum() == pytest.approx(1, abs=1e-9)
+    np.testing.assert_allclose(projected, ldpdist.kernels.project_simplex(raw))
+    np.testing.assert_allclose(normalized, np.maximum(raw, 0) / np.maximum(raw, 0).sum())
+    assert np.count_nonzero(sparse) <= 3
+    with pytest.raises(ValueError, match="sparsity"):
+        agg.estimate("sparse_project")
+    with pytest.raises(ValueError, match="sparsity"):
+        agg.estimate("project", sparsity=3)
+    with pytest.raises(ValueError, match="decoder"):
+        agg.estimate("mle")
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_ibu_increases_the_likelihood_monotonically_and_converges(cls):
+    k = 10
+    mech = make(cls, k, 2.0)
+    p = dirichlet(k, seed=8, alpha=0.5)
+    agg = mech.simulate(np.random.default_rng(9).multinomial(50_000, p), seed=10)
+    result = iterative_bayesian_update(mech, agg.counts, agg.n, record_likelihood=True)
+    plain = iterative_bayesian_update(mech, agg.counts, agg.n, max_iter=200, tol=0.0,
+                                      record_likelihood=True, accelerate=False)
+    assert (np.diff(plain.log_likelihood) >= -1e-9 * np.abs(plain.log_likelihood[:-1])).all()
+    ll = np.array(result.log_likelihood)
+    assert (np.diff(ll) >= -1e-7 * np.abs(ll[:-1])).all()
+    assert ll[-1] > ll[0]
+    assert result.converged
+    # At the optimum, IBU is at least as likely as the projected estimate.
+    projected = agg.estimate("project")
+    ll_projected = iterative_bayesian_update(mech, agg.counts, agg.n, max_iter=1,
+                                             start=np.maximum(projected, 1e-300),
+                                             record_likelihood=True).log_likelihood[0]
+    assert ll[-1] >= ll_projected - 1e-6 * abs(ll_projected)
+
+
+# ------------------------------------------------------------------------------------------
+# Aggregators
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_merged_shards_equal_one_aggregator_and_bytes_round_trip(cls):
+    mech = make(cls, 30, 1.0)
+    values = sample_values(dirichlet(30, seed=1), 9_000, seed=2)
+    reports = mech.privatize(values, seed=3)
+    whole = mech.aggregator().add(reports)
+    shards = [mech.aggregator().add(part) for part in np.array_split(reports, 4)]
+    merged = shards[0]
+    for shard in shards[1:]:
+        merged.merge(shard)
+    np.testing.assert_array_equal(merged.counts, whole.counts)
+    assert merged.n == whole.n == 9_000
+    np.testing.assert_array_equal(merged.estimate(), whole.estimate())
+    again = ldpdist.Aggregator.from_bytes(whole.to_bytes())
+    assert again.mechanism == mech and again.n == whole.n
+    np.testing.assert_array_equal(again.counts, whole.counts)
+    with pytest.raises(ValueError, match="different mechanisms"):
+        whole.merge(make(cls, 30, 2.0).aggregator())
+    blob = whole.to_bytes()
+    for corrupt in (b"XXXX" + blob[4:], blob[:-8], blob[:20]):
+        with pytest.raises(ValueError):
+            ldpdist.Aggregator.from_bytes(corrupt)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_spec_round_trips_through_json(cls):
+    mech = make(cls, 50, 0.7)
+    spec = json.loads(json.dumps(mech.to_dict()))
+    assert ldpdist.from_dict(spec) == mech
+    assert spec["mechanism"] == cls.__name__
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        ldpdist.from_dict({**spec, "mechanism": "Nope"})
+    with pytest.raises(ValueError, match="invalid parameters"):
+        ldpdist.from_dict({**spec, "bogus": 1})
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_reference_code_aliases(cls):
+    mech = make(cls, 8, 1.0)
+    values = sample_values(dirichlet(8, seed=1), 2_000, seed=2)
+    reports = mech.encode_string(values, seed=5)
+    np.testing.assert_array_equal(reports, mech.privatize(values, seed=5))
+    np.testing.assert_allclose(mech.decode_string(reports, normalization=0),
+                               mech.estimate(reports, decoder="normalize"))
+    np.testing.assert_allclose(mech.decode_string(reports, normalization=1),
+                               mech.estimate(reports, decoder="project"))
+    with pytest.raises(ValueError, match="normalization"):
+        mech.decode_string(reports, normalization=2)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_seeded_privatize_is_thread_count_independent(cls):
+    code = (
+        "import hashlib, numpy as np, ldpdist\n"
+        f"m = ldpdist.{cls.__name__}(k=300, epsilon=1.0)\n"
+        "v = np.arange(200_000) % 300\n"
+        "print(hashlib.sha256(m.privatize(v, seed=77).tobytes()).hexdigest())\n"
+    )
+    digests = set()
+    for threads in ("1", "2"):
+        env = {**os.environ, "RAYON_NUM_THREADS": threads}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True)
+        digests.add(out.stdout.strip())
+    assert len(digests) == 1
+    mech = make(cls, 300, 1.0)
+    v = np.arange(1000) % 300
+    assert not np.array_equal(mech.privatize(v), mech.privatize(v))  # OS entropy by default
+
+
+# ------------------------------------------------------------------------------------------
+# Bad input
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_bad_parameters(cls):
+    for epsilon in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="epsilon"):
+            make(cls, 10, epsilon)
+    with pytest.raises(TypeError):
+        make(cls, 10, "1.0")
+    with pytest.raises(ValueError, match="k"):
+        make(cls, 1, 1.0)
+    with pytest.raises(TypeError):
+        make(cls, 10.0, 1.0)
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_bad_values(cls):
+    mech = make(cls, 10, 1.0)
+    with pytest.raises(ValueError, match=r"values\[2\] = 10"):
+        mech.privatize([1, 2, 10, 3])
+    with pytest.raises(ValueError, match=r"values\[1\] = -1"):
+        mech.privatize(np.array([1, -1, 3]))
+    with pytest.raises(TypeError, match="integers"):
+        mech.privatize(np.array([1.0, 2.5]))
+    with pytest.raises(TypeError, match="integers"):
+        mech.privatize(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError):
+        mech.privatize(np.array([True, False]))
+    with pytest.raises(ValueError, match="one-dimensional"):
+        mech.privatize(np.zeros((2, 2), dtype=int))
+    empty = mech.privatize([])
+    assert len(empty) == 0
+    with pytest.raises(ValueError, match="no reports"):
+        mech.estimate(empty)
+    with pytest.raises(ValueError, match="no reports"):
+        mech.aggregator().estimate()
+
+
+@pytest.mark.parametrize("cls", [c for c in MECHANISMS if c.report_kind == "index"],
+                         ids=[c.__name__ for c in MECHANISMS if c.report_kind == "index"])
+def test_malformed_index_reports_are_rejected_or_dropped(cls):
+    mech = make(cls, 10, 1.0)
+    good = mech.privatize(np.arange(100) % 10, seed=1).astype(np.int64)
+    bad = good.copy()
+    bad[[5, 17, 60]] = [mech.output_size, -3, mech.output_size + 7]
+    with pytest.raises(ValueError, match=r"reports\[17\] = -3"):
+        mech.estimate(bad)
+    bad[17] = 2
+    with pytest.raises(ValueError, match=r"2 of 100 reports.*reports\[5\]"):
+        mech.estimate(bad)
+    bad[17] = -3
+    agg = mech.aggregator().add(bad, on_invalid="drop")
+    assert agg.n == 97 and agg.dropped == 3
+    clean = mech.aggregator().add(np.delete(good, [5, 17, 60]))
+    np.testing.assert_array_equal(agg.counts, clean.counts)
+    with pytest.raises(TypeError):
+        mech.estimate(np.array([1.0, 2.0]))
+    with pytest.raises(ValueError, match="on_invalid"):
+        mech.aggregator().add(good, on_invalid="ignore")
+
+
+@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+def test_requests_too_large_for_memory_fail_before_allocating(cls):
+    mech = make(cls, 2**20, 1.0)
+    with pytest.raises(ValueError, match="max_entries"):
+        mech.channel_matrix()
+    if cls.report_kind == "bits":
+        # Packed reports take k/8 bytes per user: 10^6 users at k = 2^40 need 1.4 * 10^17
+        # bytes; refused before anything is allocated.
+        wide = make(cls, 2**32, 1.0)
+        with pytest.raises(MemoryError, match="bytes"):
+            wide.privatize(np.zeros(1_000_000, dtype=np.uint32))
