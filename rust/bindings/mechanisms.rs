@@ -294,7 +294,7 @@ macro_rules! bit_mechanism {
                 drop_invalid: bool,
             ) -> PyResult<(u64, u64, Option<usize>)> {
                 let width = mechanisms::row_bytes(self.inner.bits());
-                let shape = numpy::PyUntypedArrayMethods::shape(&reports).to_vec();
+                let shape = reports.as_array().shape().to_vec();
                 if shape[1] != width {
                     return Err(pyo3::exceptions::PyValueError::new_err(format!(
                         "packed reports must have shape (n, {width}), got {shape:?}"
