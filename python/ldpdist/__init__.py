@@ -6,7 +6,8 @@ this package is a thin numpy API over it.
 
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
-RandomizedResponse, HadamardResponse
+RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
+SubsetSelection
 
 Modules
 -------
@@ -24,7 +25,11 @@ from .mechanisms import (
     Aggregator,
     HadamardResponse,
     Mechanism,
+    OptimizedLocalHashing,
+    OptimizedUnaryEncoding,
+    RAPPOR,
     RandomizedResponse,
+    SubsetSelection,
     from_dict,
 )
 
@@ -35,7 +40,11 @@ __all__ = [
     "HadamardResponse",
     "InternalError",
     "Mechanism",
+    "OptimizedLocalHashing",
+    "OptimizedUnaryEncoding",
+    "RAPPOR",
     "RandomizedResponse",
+    "SubsetSelection",
     "decoders",
     "from_dict",
     "kernels",

@@ -17,11 +17,11 @@
 //!   `popcount(r & w)`: the v-th one is v with a bit inserted at the lowest set bit of r and
 //!   set so the parity is even (odd for the complement) — a bijection, so uniform.
 //!
-//! Exact privacy: `ρ` is the float rounded down by 4 ulps (below the real value) and drawn
+//! Exact privacy: `ρ` is the float rounded down by 8 ulps (below the real value) and drawn
 //! exactly; the uniform draws are exact. The realized ratio `ρ(K − h)/((1 − ρ)h)` is increasing
 //! in ρ, so it never exceeds `e^ε`; the estimator uses the realized `Z' = h/ρ·…` probabilities.
 
-use super::randomized_response::round_down;
+use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::{check_domain, check_epsilon, FastDiv, IndexMechanism};
 use crate::error::Result;
 use crate::hadamard::fwht_in_place;
@@ -76,7 +76,11 @@ impl HadamardResponse {
         let b = (per_block + 1).next_power_of_two(); // smallest power of 2 > ⌈k/B⌉
         let blocks = k.div_ceil(b - 1);
         let (h, outputs) = ((b / 2) as f64, (blocks * b) as f64);
-        let rho = round_down(h * e / (h * e + outputs - h), 4);
+        let rho = round_down(h * e / (h * e + outputs - h), PRIVACY_MARGIN_ULPS);
+        // Inside must stay strictly more likely per output than outside.
+        if !(rho * (outputs - h) > (1.0 - rho) * h) {
+            return Err(epsilon_too_small(epsilon));
+        }
         let inside = BernoulliThreshold::new(rho)?;
         Ok(Self {
             k,

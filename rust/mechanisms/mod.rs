@@ -13,7 +13,10 @@
 //! histogram of `privatize` applied to the values sorted in increasing order.
 
 pub mod hadamard_response;
+pub mod local_hashing;
 pub mod randomized_response;
+pub mod subset_selection;
+pub mod unary_encoding;
 
 use crate::error::{Error, Result};
 use crate::rng::{par_fill_chunks, stream, Key, StreamRng, SAMPLE_CHUNK};
@@ -154,22 +157,27 @@ pub fn aggregate<R: ReportInt>(
     drop_invalid: bool,
 ) -> Result<Tally> {
     let size = counts.len() as u64;
+    // One histogram per worker thread (not per rayon split): for large output spaces the
+    // histograms, not the reports, dominate the cost.
+    let part = reports
+        .len()
+        .div_ceil(rayon::current_num_threads())
+        .max(SAMPLE_CHUNK);
     let (histogram, invalid) = reports
-        .par_chunks(SAMPLE_CHUNK)
-        .fold(
-            || (vec![0u64; counts.len()], 0u64),
-            |(mut h, mut bad), chunk| {
-                for &r in chunk {
-                    let r = r.to_u64();
-                    if r < size {
-                        h[r as usize] += 1;
-                    } else {
-                        bad += 1;
-                    }
+        .par_chunks(part)
+        .map(|chunk| {
+            let mut h = vec![0u64; counts.len()];
+            let mut bad = 0u64;
+            for &r in chunk {
+                let r = r.to_u64();
+                if r < size {
+                    h[r as usize] += 1;
+                } else {
+                    bad += 1;
                 }
-                (h, bad)
-            },
-        )
+            }
+            (h, bad)
+        })
         .reduce(
             || (vec![0u64; counts.len()], 0u64),
             |(mut a, bad_a), (b, bad_b)| {
@@ -349,10 +357,12 @@ pub fn aggregate_bits<M: BitMechanism>(
         )));
     }
     let n = reports.len() / width;
-    let (histogram, invalid) = reports
+    // Count byte values per byte position (one increment per byte, however many bits are
+    // set), then expand: bit t of position b was set in Σ_{v: bit t of v} count[b][v] rows.
+    let (byte_counts, invalid) = reports
         .par_chunks(SAMPLE_CHUNK * width)
         .fold(
-            || (vec![0u64; bits as usize], 0u64),
+            || (vec![0u64; width * 256], 0u64),
             |(mut h, mut bad), rows| {
                 for row in rows.chunks_exact(width) {
                     if !row_is_valid(mechanism, row) {
@@ -360,24 +370,29 @@ pub fn aggregate_bits<M: BitMechanism>(
                         continue;
                     }
                     for (b, &byte) in row.iter().enumerate() {
-                        let mut v = byte;
-                        while v != 0 {
-                            let t = v.leading_zeros() as usize;
-                            h[8 * b + t] += 1;
-                            v &= !(0x80 >> t);
-                        }
+                        h[b * 256 + byte as usize] += 1;
                     }
                 }
                 (h, bad)
             },
         )
         .reduce(
-            || (vec![0u64; bits as usize], 0u64),
+            || (vec![0u64; width * 256], 0u64),
             |(mut a, bad_a), (b, bad_b)| {
                 a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                 (a, bad_a + bad_b)
             },
         );
+    let mut histogram = vec![0u64; bits as usize];
+    for (b, values) in byte_counts.chunks_exact(256).enumerate() {
+        for (v, &c) in values.iter().enumerate().filter(|&(_, &c)| c > 0) {
+            for t in 0..8 {
+                if v & (0x80 >> t) != 0 {
+                    histogram[8 * b + t] += c;
+                }
+            }
+        }
+    }
     let first_invalid = (invalid > 0)
         .then(|| {
             reports

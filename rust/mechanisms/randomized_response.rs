@@ -7,7 +7,7 @@
 //! Exact privacy: the sampler keeps x with probability exactly `p` (the binary value of the
 //! float, `rng::BernoulliThreshold`) and otherwise draws uniformly among the k − 1 other
 //! values (exact, `uniform_below`). `p` is the float value of `e^ε/(e^ε + k − 1)` rounded down
-//! by 4 ulps, below the real number, so the realized ratio `p(k − 1)/(1 − p)` never exceeds
+//! by 8 ulps, below the real number, so the realized ratio `p(k − 1)/(1 − p)` never exceeds
 //! `e^ε` (p ↦ p/(1 − p) is increasing). The estimator uses the same `p`, `q`, so it is exactly
 //! unbiased for the channel actually used.
 
@@ -32,20 +32,37 @@ pub(crate) fn round_down(x: f64, ulps: u64) -> f64 {
     f64::from_bits(x.to_bits() - ulps)
 }
 
+/// Units in the last place by which channel probabilities are rounded down: computing
+/// `e^ε/(e^ε + c)` in floating point is off by at most ~3 ulps (exp ≤ 1, + and / ≤ ½ each),
+/// so 8 keeps the float strictly below the real value with a margin.
+pub(crate) const PRIVACY_MARGIN_ULPS: u64 = 8;
+
+/// The error for an ε so small that the rounded probabilities no longer favour the truth.
+pub(crate) fn epsilon_too_small(epsilon: f64) -> crate::error::Error {
+    crate::error::Error::Value(format!(
+        "epsilon = {epsilon} is too small to be represented by this mechanism's \
+         double-precision probabilities (they would no longer favour the true value)"
+    ))
+}
+
 impl RandomizedResponse {
     pub fn new(k: u64, epsilon: f64) -> Result<Self> {
         check_domain(k)?;
         check_epsilon(epsilon)?;
         debug_assert!(k <= MAX_K);
         let e = epsilon.exp();
-        let p = round_down(e / (e + (k - 1) as f64), 4);
+        let p = round_down(e / (e + (k - 1) as f64), PRIVACY_MARGIN_ULPS);
+        let q = (1.0 - p) / (k - 1) as f64;
+        if !(p > q) {
+            return Err(epsilon_too_small(epsilon));
+        }
         let keep = BernoulliThreshold::new(p)?;
         Ok(Self {
             k,
             epsilon,
             keep,
             p,
-            q: (1.0 - p) / (k - 1) as f64,
+            q,
         })
     }
 
@@ -132,7 +149,8 @@ mod tests {
                 assert!(sum_err < 1e-12);
                 assert!(ratio <= eps + 1e-12, "k {k} eps {eps}: {ratio}");
                 assert!((ratio - m.realized_epsilon()).abs() < 1e-12);
-                assert!(m.realized_epsilon() <= eps && eps - m.realized_epsilon() < 1e-13);
+                let r = m.realized_epsilon();
+                assert!(r <= eps && eps - r < 1e-12, "k {k} eps {eps}: realized {r}");
             }
         }
     }
@@ -183,6 +201,7 @@ mod tests {
         assert!(RandomizedResponse::new(5, 0.0).is_err());
         assert!(RandomizedResponse::new(5, f64::NAN).is_err());
         assert!(RandomizedResponse::new(5, f64::INFINITY).is_err());
+        assert!(RandomizedResponse::new(5, 1e-17).is_err());
         let m = RandomizedResponse::new(5, 1.0).unwrap();
         let mut out = vec![0u8; 3];
         let err = super::super::privatize(&m, &key_from_u64(0), &[1, 5, 2], &mut out).unwrap_err();

@@ -6,7 +6,10 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 from .aggregator import Aggregator
 from .base import BitVectorMechanism, Mechanism, from_dict
 from .hadamard_response import HadamardResponse
+from .local_hashing import OptimizedLocalHashing
 from .randomized_response import RandomizedResponse
+from .subset_selection import SubsetSelection
+from .unary_encoding import RAPPOR, OptimizedUnaryEncoding
 
 __all__ = [
     "Aggregator",
@@ -14,5 +17,9 @@ __all__ = [
     "Mechanism",
     "from_dict",
     "HadamardResponse",
+    "OptimizedLocalHashing",
     "RandomizedResponse",
+    "SubsetSelection",
+    "RAPPOR",
+    "OptimizedUnaryEncoding",
 ]

@@ -12,7 +12,7 @@ class RandomizedResponse(Mechanism):
 
     Reports the true value with probability ``p = e^ε / (e^ε + k - 1)`` and each other value
     with probability ``(1 - p) / (k - 1)``. Reports: one integer in [0, k) per user.
-    ``p`` is rounded down (by 4 ulps) so the realized guarantee never exceeds ε.
+    ``p`` is rounded down (by 8 ulps) so the realized guarantee never exceeds ε.
 
     Parameters
     ----------
