@@ -683,8 +683,10 @@ impl IndexMechanism for OptimizedLocalHashing {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{channel_stats, chi_square, empirical_row};
-    use super::super::{aggregate, channel_matrix, privatize, simulate};
+    use super::super::testing::{
+        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+    };
+    use super::super::{aggregate, channel_matrix, privatize};
     use super::*;
     use crate::rng::key_from_u64;
 
@@ -1067,18 +1069,7 @@ mod tests {
     fn simulate_equals_privatizing_sorted_values() {
         let m = OptimizedLocalHashing::new(20, 2.0).unwrap();
         let true_counts: Vec<u64> = (0..20).map(|x| (x * 997 % 13000) as u64).collect();
-        let key = key_from_u64(4);
-        let simulated = simulate(&m, &key, &true_counts).unwrap();
-        let values: Vec<u32> = true_counts
-            .iter()
-            .enumerate()
-            .flat_map(|(x, &c)| std::iter::repeat_n(x as u32, c as usize))
-            .collect();
-        let mut reports = vec![0u32; values.len()];
-        privatize(&m, &key, &values, &mut reports).unwrap();
-        let mut counts = vec![0u64; m.output_size() as usize];
-        aggregate(&reports, &mut counts, false).unwrap();
-        assert_eq!(simulated, counts);
+        assert_simulate_matches_privatize(&m, &true_counts, 4);
     }
 
     #[test]

@@ -524,6 +524,27 @@ pub(crate) mod testing {
         counts.iter().map(|&c| c as f64 / draws as f64).collect()
     }
 
+    /// `simulate(true_counts)` equals the histogram of privatizing the sorted values with the
+    /// same key (the reproducibility contract of the module documentation).
+    pub fn assert_simulate_matches_privatize<M: IndexMechanism>(
+        m: &M,
+        true_counts: &[u64],
+        seed: u64,
+    ) {
+        let key = key_from_u64(seed);
+        let simulated = simulate(m, &key, true_counts).unwrap();
+        let values: Vec<u32> = true_counts
+            .iter()
+            .enumerate()
+            .flat_map(|(x, &c)| std::iter::repeat_n(x as u32, c as usize))
+            .collect();
+        let mut reports = vec![0u64; values.len()];
+        privatize(m, &key, &values, &mut reports).unwrap();
+        let mut counts = vec![0u64; m.output_size() as usize];
+        aggregate(&reports, &mut counts, false).unwrap();
+        assert_eq!(simulated, counts);
+    }
+
     /// Pearson chi-square of observed frequencies against probabilities, for `draws` draws.
     pub fn chi_square(freq: &[f64], probs: &[f64], draws: usize) -> f64 {
         freq.iter()

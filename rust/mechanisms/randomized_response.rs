@@ -134,8 +134,10 @@ impl IndexMechanism for RandomizedResponse {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{channel_stats, chi_square, empirical_row};
-    use super::super::{channel_matrix, simulate};
+    use super::super::channel_matrix;
+    use super::super::testing::{
+        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+    };
     use super::*;
     use crate::rng::key_from_u64;
 
@@ -181,18 +183,7 @@ mod tests {
     fn simulate_equals_privatizing_sorted_values() {
         let m = RandomizedResponse::new(4, 0.5).unwrap();
         let true_counts = [70_000u64, 0, 100_000, 5];
-        let key = key_from_u64(99);
-        let simulated = simulate(&m, &key, &true_counts).unwrap();
-        let values: Vec<u32> = true_counts
-            .iter()
-            .enumerate()
-            .flat_map(|(x, &c)| std::iter::repeat_n(x as u32, c as usize))
-            .collect();
-        let mut reports = vec![0u8; values.len()];
-        super::super::privatize(&m, &key, &values, &mut reports).unwrap();
-        let mut counts = vec![0u64; 4];
-        super::super::aggregate(&reports, &mut counts, false).unwrap();
-        assert_eq!(simulated, counts);
+        assert_simulate_matches_privatize(&m, &true_counts, 99);
     }
 
     #[test]
