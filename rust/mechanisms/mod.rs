@@ -415,6 +415,108 @@ pub fn aggregate_bits<M: BitMechanism>(
     })
 }
 
+/// The server-side interface every mechanism shares: its guarantee, the unbiased estimator,
+/// the channel products used by the iterative Bayesian update, and exact simulation. The
+/// aggregate ("statistic") is the report histogram for index mechanisms and the per-bit
+/// counts for bit-vector mechanisms.
+pub trait Estimator: Sync {
+    fn epsilon(&self) -> f64;
+    /// Max log-ratio of the channel actually used (≤ ε).
+    fn realized_epsilon(&self) -> f64;
+    /// The two channel probabilities that define the mechanism (see each mechanism).
+    fn probabilities(&self) -> (f64, f64);
+    /// k.
+    fn domain_size(&self) -> u64;
+    /// Length of the aggregate.
+    fn statistic_size(&self) -> u64;
+    /// Number of distinct reports (`2^bits` for bit vectors, saturating).
+    fn channel_outputs(&self) -> u64;
+    /// Row x of the channel matrix.
+    fn channel_row(&self, x: u64, row: &mut [f64]);
+    /// Unbiased estimate from the aggregate of `n > 0` reports.
+    fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64>;
+    /// Unbiased estimate from per-report expected statistics (e.g. exact expectations).
+    fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64>;
+    /// Expected statistic per report for a distribution of the values.
+    fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64>;
+    /// The adjoint of [`Estimator::expected_frequencies`].
+    fn channel_apply(&self, w: &[f64]) -> Vec<f64>;
+    /// The aggregate of privatizing `true_counts[x]` users of each value x, exact in law.
+    fn simulate_counts(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>>;
+}
+
+/// Implement [`Estimator`] by delegating to a mechanism's inherent methods; `$inner`
+/// reaches the object that has them (`self` itself, or a wrapped core).
+macro_rules! impl_estimator {
+    (@common $this:ident => $inner:expr) => {
+        fn epsilon(&$this) -> f64 { $inner.epsilon() }
+        fn realized_epsilon(&$this) -> f64 { $inner.realized_epsilon() }
+        fn probabilities(&$this) -> (f64, f64) { $inner.probabilities() }
+        fn channel_row(&$this, x: u64, row: &mut [f64]) { $inner.channel_row(x, row) }
+        fn estimate_raw(&$this, counts: &[u64], n: u64) -> Vec<f64> {
+            $inner.estimate_raw(counts, n)
+        }
+        fn estimate_from_frequencies(&$this, freq: &[f64]) -> Vec<f64> {
+            $inner.estimate_from_frequencies(freq)
+        }
+        fn expected_frequencies(&$this, dist: &[f64]) -> Vec<f64> {
+            $inner.expected_frequencies(dist)
+        }
+        fn channel_apply(&$this, w: &[f64]) -> Vec<f64> { $inner.channel_apply(w) }
+    };
+    (index $t:ty) => {
+        impl $crate::mechanisms::Estimator for $t {
+            $crate::mechanisms::impl_estimator!(@common self => self);
+            fn domain_size(&self) -> u64 {
+                $crate::mechanisms::IndexMechanism::domain(self)
+            }
+            fn statistic_size(&self) -> u64 {
+                $crate::mechanisms::IndexMechanism::output_size(self)
+            }
+            fn channel_outputs(&self) -> u64 {
+                $crate::mechanisms::IndexMechanism::output_size(self)
+            }
+            fn simulate_counts(
+                &self,
+                key: &$crate::rng::Key,
+                true_counts: &[u64],
+            ) -> $crate::error::Result<Vec<u64>> {
+                $crate::mechanisms::simulate(self, key, true_counts)
+            }
+        }
+    };
+    (bits $t:ty, $this:ident => $inner:expr) => {
+        impl $crate::mechanisms::Estimator for $t {
+            $crate::mechanisms::impl_estimator!(@common $this => $inner);
+            fn domain_size(&self) -> u64 {
+                $crate::mechanisms::BitMechanism::domain(self)
+            }
+            fn statistic_size(&self) -> u64 {
+                $crate::mechanisms::BitMechanism::bits(self)
+            }
+            fn channel_outputs(&self) -> u64 {
+                let bits = $crate::mechanisms::BitMechanism::bits(self);
+                if bits < 64 { 1 << bits } else { u64::MAX }
+            }
+            fn simulate_counts(
+                &$this,
+                key: &$crate::rng::Key,
+                true_counts: &[u64],
+            ) -> $crate::error::Result<Vec<u64>> {
+                $inner.simulate(key, true_counts)
+            }
+        }
+    };
+}
+pub(crate) use impl_estimator;
+
+impl_estimator!(index randomized_response::RandomizedResponse);
+impl_estimator!(index hadamard_response::HadamardResponse);
+impl_estimator!(index local_hashing::OptimizedLocalHashing);
+impl_estimator!(bits unary_encoding::Rappor, self => (**self));
+impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self));
+impl_estimator!(bits subset_selection::SubsetSelection, self => self);
+
 /// Check that a counts vector has the expected length.
 pub fn check_counts(counts: &[u64], expected: usize, what: &str) -> Result<u64> {
     if counts.len() != expected {
