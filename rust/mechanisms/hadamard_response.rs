@@ -279,6 +279,7 @@ mod tests {
     use super::super::channel_matrix;
     use super::super::testing::{
         assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+        expected_from_rows,
     };
     use super::*;
     use crate::hadamard::sylvester_entry;
@@ -326,18 +327,8 @@ mod tests {
             let total: f64 = p.iter().sum();
             let p: Vec<f64> = p.iter().map(|v| v / total).collect();
             let freq = m.expected_frequencies(&p);
-            // Expected frequencies against the channel matrix directly.
             let size = m.output_size() as usize;
-            let mut row = vec![0.0; size];
-            let mut direct = vec![0.0; size];
-            for x in 0..k {
-                m.channel_row(x, &mut row);
-                direct
-                    .iter_mut()
-                    .zip(&row)
-                    .for_each(|(d, q)| *d += p[x as usize] * q);
-            }
-            for (a, b) in freq.iter().zip(&direct) {
+            for (a, b) in freq.iter().zip(&expected_from_rows(&m, &p)) {
                 assert!((a - b).abs() < 1e-14);
             }
             let est = m.estimate_from_frequencies(&freq);

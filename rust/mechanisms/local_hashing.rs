@@ -685,6 +685,7 @@ impl IndexMechanism for OptimizedLocalHashing {
 mod tests {
     use super::super::testing::{
         assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+        expected_from_rows,
     };
     use super::super::{aggregate, channel_matrix, privatize};
     use super::*;
@@ -1003,16 +1004,7 @@ mod tests {
             }
             // Expected frequencies against the channel rows directly.
             let freq = m.expected_frequencies(&p);
-            let mut row = vec![0.0; size];
-            let mut direct = vec![0.0; size];
-            for x in 0..k {
-                m.channel_row(x, &mut row);
-                direct
-                    .iter_mut()
-                    .zip(&row)
-                    .for_each(|(d, q)| *d += p[x as usize] * q);
-            }
-            for (a, b) in freq.iter().zip(&direct) {
+            for (a, b) in freq.iter().zip(&expected_from_rows(&m, &p)) {
                 assert!((a - b).abs() < 1e-14, "{label}");
             }
             assert!((freq.iter().sum::<f64>() - 1.0).abs() < 1e-12);

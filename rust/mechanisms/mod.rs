@@ -647,6 +647,18 @@ pub(crate) mod testing {
         assert_eq!(simulated, counts);
     }
 
+    /// `Σ_x dist_x · Q(·|x)` from the channel rows one by one: the definition that
+    /// `expected_frequencies` must match.
+    pub fn expected_from_rows<E: Estimator>(m: &E, dist: &[f64]) -> Vec<f64> {
+        let size = m.channel_outputs() as usize;
+        let (mut row, mut total) = (vec![0.0; size], vec![0.0; size]);
+        for (x, &p) in dist.iter().enumerate() {
+            m.channel_row(x as u64, &mut row);
+            total.iter_mut().zip(&row).for_each(|(t, q)| *t += p * q);
+        }
+        total
+    }
+
     /// Pearson chi-square of observed frequencies against probabilities, for `draws` draws.
     pub fn chi_square(freq: &[f64], probs: &[f64], draws: usize) -> f64 {
         freq.iter()
