@@ -29,7 +29,9 @@ pub struct OmpResult {
     pub coef: Vec<f64>,
     /// Selected columns in the order they were chosen.
     pub support: Vec<usize>,
-    /// ‖y − A x‖₂ at the end.
+    /// The coefficient of the all-ones atom (0 unless run with an intercept).
+    pub intercept: f64,
+    /// ‖y − A x − intercept·1‖₂ at the end.
     pub residual_norm: f64,
     /// Why the run stopped.
     pub stop: OmpStop,
@@ -256,6 +258,20 @@ pub fn omp<D: Dictionary + ?Sized>(
     s: usize,
     tol: Option<f64>,
 ) -> Result<OmpResult> {
+    omp_with_intercept(a, y, s, tol, false)
+}
+
+/// OMP on `y ≈ A x + β·1`: with `intercept`, the all-ones vector is an extra atom that is in
+/// the support from the start and does not count towards `s` (the exact linear model of
+/// compressive privatization, whose channel adds an unknown multiple of 1 to `A x`). On a
+/// `SignMatrix` the correlations stay exact: `Aᵀ1` is computed once.
+pub fn omp_with_intercept<D: Dictionary + ?Sized>(
+    a: &D,
+    y: &[f64],
+    s: usize,
+    tol: Option<f64>,
+    intercept: bool,
+) -> Result<OmpResult> {
     let (m, k) = (a.rows(), a.cols());
     check_arguments(m, k, y.len(), s, tol)?;
     if let Some(i) = y.iter().position(|v| !v.is_finite()) {
@@ -271,15 +287,32 @@ pub fn omp<D: Dictionary + ?Sized>(
     let mut correlations = initial.clone();
     let mut chosen = vec![false; k];
     let mut support: Vec<usize> = Vec::with_capacity(s);
-    let mut atoms: Vec<Vec<f64>> = Vec::with_capacity(s); // dense columns of A_S
+    let mut atoms: Vec<Vec<f64>> = Vec::with_capacity(s + 1); // dense atoms, intercept first
     let mut grams: Vec<Vec<i32>> = Vec::new(); // Aᵀa_l for l ∈ S, when exact Gram is cheap
-    let mut chol = Cholesky::with_capacity(s);
-    let mut rhs: Vec<f64> = Vec::with_capacity(s); // A_Sᵀ y
-    let mut coef: Vec<f64> = Vec::new();
+    let mut chol = Cholesky::with_capacity(s + 1);
+    let mut rhs: Vec<f64> = Vec::with_capacity(s + 1); // atomsᵀ y
+    let mut coef: Vec<f64> = Vec::new(); // coefficients of `atoms`
     let mut residual = y.to_vec();
     let mut residual_norm = y_norm;
-
     let mut stale = false; // correlations lag behind the last refit
+
+    // Aᵀ1, the correlations of the all-ones atom with every column.
+    let ones_corr = if intercept {
+        let ones = vec![1.0; m];
+        let corr = a.rmatvec(&ones)?;
+        chol.push(&[], m as f64);
+        rhs.push(y.iter().sum());
+        atoms.push(ones);
+        coef = chol.solve(&rhs);
+        refit_residual(y, &atoms, &coef, &mut residual);
+        residual_norm = dot(&residual, &residual).sqrt();
+        stale = true;
+        Some(corr)
+    } else {
+        None
+    };
+    let fixed = atoms.len();
+
     let stop = loop {
         if tol.is_some_and(|t| residual_norm <= t) {
             break OmpStop::Tolerance;
@@ -293,7 +326,11 @@ pub fn omp<D: Dictionary + ?Sized>(
         if stale {
             // Refreshed only when another atom is wanted: the last refit needs none.
             correlations = if grams.len() == support.len() {
-                updated_correlations(&initial, &grams, &coef)
+                let mut c = updated_correlations(&initial, &grams, &coef[fixed..]);
+                if let Some(oc) = &ones_corr {
+                    subtract_scaled_f64(oc, coef[0], &mut c);
+                }
+                c
             } else {
                 a.rmatvec(&residual)?
             };
@@ -305,7 +342,11 @@ pub fn omp<D: Dictionary + ?Sized>(
         a.column(j, &mut column);
         let gram = a.gram_column(j);
         let cross: Vec<f64> = match &gram {
-            Some(g) => support.iter().map(|&l| g[l] as f64).collect(),
+            Some(g) => ones_corr
+                .iter()
+                .map(|oc| oc[j])
+                .chain(support.iter().map(|&l| g[l] as f64))
+                .collect(),
             None => atoms.iter().map(|atom| dot(atom, &column)).collect(),
         };
         let norm2 = gram
@@ -322,28 +363,33 @@ pub fn omp<D: Dictionary + ?Sized>(
             grams.push(g);
         }
         coef = chol.solve(&rhs);
-
-        residual.copy_from_slice(y);
-        for (atom, &c) in atoms.iter().zip(&coef) {
-            residual
-                .iter_mut()
-                .zip(atom)
-                .for_each(|(r, &v)| *r -= c * v);
-        }
+        refit_residual(y, &atoms, &coef, &mut residual);
         residual_norm = dot(&residual, &residual).sqrt();
         stale = true;
     };
 
     let mut full = vec![0.0; k];
-    for (&j, &c) in support.iter().zip(&coef) {
+    for (&j, &c) in support.iter().zip(&coef[fixed..]) {
         full[j] = c;
     }
     Ok(OmpResult {
         coef: full,
+        intercept: if intercept { coef[0] } else { 0.0 },
         support,
         residual_norm,
         stop,
     })
+}
+
+/// `residual = y − Σ coef_l·atom_l`.
+fn refit_residual(y: &[f64], atoms: &[Vec<f64>], coef: &[f64], residual: &mut [f64]) {
+    residual.copy_from_slice(y);
+    for (atom, &c) in atoms.iter().zip(coef) {
+        residual
+            .iter_mut()
+            .zip(atom)
+            .for_each(|(r, &v)| *r -= c * v);
+    }
 }
 
 /// `Aᵀy − Σ_l coef_l·(Aᵀa_l)`, blockwise over the k entries (in parallel when large).
@@ -357,6 +403,14 @@ fn updated_correlations(initial: &[f64], grams: &[Vec<i32>], coef: &[f64]) -> Ve
         }
     });
     out
+}
+
+multiversion! {
+    fn subtract_scaled_f64(g: &[f64], c: f64, out: &mut [f64]) {
+        for (o, &v) in out.iter_mut().zip(g) {
+            *o -= c * v;
+        }
+    }
 }
 
 multiversion! {
@@ -493,6 +547,46 @@ mod tests {
         let loose = omp(&a, &y, 20, Some(1e6)).unwrap();
         assert_eq!(loose.stop, OmpStop::Tolerance);
         assert!(loose.support.is_empty());
+    }
+
+    #[test]
+    fn recovers_a_sparse_vector_plus_a_constant_with_an_intercept() {
+        // Bernoulli(0.3) columns are far from orthogonal to 1: without the intercept atom the
+        // constant leaks into the chosen columns; with it, recovery is exact.
+        let (m, k, s) = (150, 1000, 8);
+        for seed in 0..10 {
+            let a = SignMatrix::new(key_from_u64(seed), m, k, SignKind::Bernoulli(0.3)).unwrap();
+            let dense = a.to_dense().unwrap();
+            let d = DenseMatrix::new(&dense, m, k, true).unwrap();
+            let x = sparse_vector(500 + seed, k, s);
+            let beta = 0.75 - seed as f64 * 0.1;
+            let y: Vec<f64> = a.matvec(&x).unwrap().iter().map(|v| v + beta).collect();
+            for run in [
+                omp_with_intercept(&a, &y, s, None, true).unwrap(),
+                omp_with_intercept(&d, &y, s, None, true).unwrap(),
+            ] {
+                let err = run
+                    .coef
+                    .iter()
+                    .zip(&x)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0.0, f64::max);
+                assert!(err < 1e-10, "seed {seed}: {err}");
+                assert!((run.intercept - beta).abs() < 1e-10);
+                assert_eq!(run.support.len(), s);
+            }
+            let plain = omp(&a, &y, s, None).unwrap();
+            let err = plain
+                .coef
+                .iter()
+                .zip(&x)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0.0, f64::max);
+            assert!(
+                err > 1e-3,
+                "the constant should bias plain OMP (seed {seed})"
+            );
+        }
     }
 
     #[test]

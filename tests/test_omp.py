@@ -311,3 +311,23 @@ def test_bad_inputs():
     bad_a[4, 7] = -np.inf
     with pytest.raises(ValueError, match="finite"):
         K.omp(np.asfortranarray(bad_a), y, 2)
+
+
+def test_intercept_recovers_a_sparse_vector_plus_a_constant():
+    # Bernoulli(0.3) columns are far from orthogonal to the all-ones vector, so a constant
+    # offset biases plain OMP; with intercept=True it is fitted exactly.
+    m, k, s = 150, 1000, 8
+    for seed in range(5):
+        A = K.SignMatrix(seed, m, k, "bernoulli", 0.3)
+        rng = np.random.default_rng(seed)
+        x = np.zeros(k)
+        x[rng.choice(k, s, replace=False)] = rng.uniform(0.5, 1.5, s)
+        y = A.matvec(x) + 0.4
+        for matrix in (A, A.to_dense()):
+            run = K.omp_details(matrix, y, s, intercept=True)
+            np.testing.assert_allclose(run.coef, x, atol=1e-10)
+            assert run.intercept == pytest.approx(0.4, abs=1e-10)
+            assert run.residual_norm < 1e-9
+        np.testing.assert_allclose(K.omp(A, y, s, intercept=True), run.coef, atol=1e-12)
+        assert np.abs(K.omp(A, y, s) - x).max() > 1e-3
+        assert K.omp_details(A, y, s).intercept == 0.0

@@ -271,15 +271,17 @@ class OmpResult(NamedTuple):
     support: List[int]
     """Chosen columns, in the order they were chosen."""
     residual_norm: float
-    """``||y - A @ coef||_2``."""
+    """``||y - A @ coef - intercept||_2``."""
     stop: str
     """Why it stopped: "sparsity" (s atoms), "tolerance" (residual <= tol), "exact_fit"
     (residual <= 1e-12 * ||y||), "dependent" (the next atom was in the span of the chosen
     ones) or "orthogonal" (the residual is orthogonal to every remaining column)."""
+    intercept: float = 0.0
+    """Coefficient of the all-ones atom (``intercept=True``), else 0."""
 
 
 def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
-                tol: Optional[float] = None) -> OmpResult:
+                tol: Optional[float] = None, *, intercept: bool = False) -> OmpResult:
     """Orthogonal matching pursuit, with the support and the stopping reason.
 
     See :func:`omp` for the parameters.
@@ -303,15 +305,16 @@ def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
         if tol < 0:
             raise ValueError(f"tol must be ≥ 0, got {tol}")
     if isinstance(A, SignMatrix):
-        result = _core.omp_sign(A._inner, y, s, tol)
+        result = _core.omp_sign(A._inner, y, s, tol, bool(intercept))
     else:
         if not (A.flags.c_contiguous or A.flags.f_contiguous):
             A = np.ascontiguousarray(A)
-        result = _core.omp_dense(A, y, s, tol)  # checks A and y for NaN/inf in Rust
+        result = _core.omp_dense(A, y, s, tol, bool(intercept))  # checks NaN/inf in Rust
     return OmpResult(*result)
 
 
-def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] = None) -> np.ndarray:
+def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] = None, *,
+        intercept: bool = False) -> np.ndarray:
     """Orthogonal matching pursuit: a sparse ``x`` with ``A @ x ≈ y``.
 
     Each step adds the column with the largest ``|A[:, j] @ r|`` (ties to the lower index;
@@ -329,6 +332,11 @@ def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] =
         Maximum number of atoms, ``1 <= s <= min(m, k)``.
     tol : float, optional
         Also stop once ``||y - A @ x||_2 <= tol``.
+    intercept : bool, default False
+        Fit ``y ≈ A @ x + beta`` with the all-ones vector as an extra atom that is always in
+        the support and does not count towards ``s`` (``beta`` is in
+        :func:`omp_details`'s result). This is the exact linear model of compressive
+        privatization, where the channel adds an unknown constant to ``A @ x``.
 
     Returns
     -------
@@ -340,7 +348,7 @@ def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] =
     (``<= 1e-12 * ||y||``), when the next atom is numerically dependent on the chosen ones, or
     when the residual is orthogonal to every remaining column; :func:`omp_details` says which.
     """
-    return omp_details(A, y, s, tol).coef
+    return omp_details(A, y, s, tol, intercept=intercept).coef
 
 
 # --------------------------------------------------------------------------------------

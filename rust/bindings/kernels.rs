@@ -216,7 +216,7 @@ fn column_signs<'py>(
 // ---------------------------------------------------------------------------------------
 // OMP
 
-type OmpTuple<'py> = (Bound<'py, PyArray1<f64>>, Vec<usize>, f64, &'static str);
+type OmpTuple<'py> = (Bound<'py, PyArray1<f64>>, Vec<usize>, f64, &'static str, f64);
 
 fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
     let stop = match result.stop {
@@ -231,17 +231,19 @@ fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
         result.support,
         result.residual_norm,
         stop,
+        result.intercept,
     )
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, y, s, tol=None))]
+#[pyo3(signature = (a, y, s, tol=None, intercept=false))]
 fn omp_dense<'py>(
     py: Python<'py>,
     a: PyReadonlyArray2<'py, f64>,
     y: PyReadonlyArray1<'py, f64>,
     s: usize,
     tol: Option<f64>,
+    intercept: bool,
 ) -> PyResult<OmpTuple<'py>> {
     let (m, k) = (a.shape()[0], a.shape()[1]);
     let row_major = a.is_c_contiguous();
@@ -249,22 +251,23 @@ fn omp_dense<'py>(
     let y = slice(&y, "y")?;
     let result = run(py, || {
         let dense = DenseMatrix::new(data, m, k, row_major)?;
-        omp::omp(&dense, y, s, tol)
+        omp::omp_with_intercept(&dense, y, s, tol, intercept)
     })?;
     Ok(omp_tuple(py, result))
 }
 
 #[pyfunction]
-#[pyo3(signature = (a, y, s, tol=None))]
+#[pyo3(signature = (a, y, s, tol=None, intercept=false))]
 fn omp_sign<'py>(
     py: Python<'py>,
     a: &PySignMatrix,
     y: PyReadonlyArray1<'py, f64>,
     s: usize,
     tol: Option<f64>,
+    intercept: bool,
 ) -> PyResult<OmpTuple<'py>> {
     let y = slice(&y, "y")?;
-    let result = run(py, || omp::omp(&a.inner, y, s, tol))?;
+    let result = run(py, || omp::omp_with_intercept(&a.inner, y, s, tol, intercept))?;
     Ok(omp_tuple(py, result))
 }
 
