@@ -7,7 +7,7 @@ this package is a thin numpy API over it.
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
 RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection
+SubsetSelection, and CompressivePrivatization(k, epsilon, m, seed) for sparse distributions
 
 Modules
 -------
@@ -23,6 +23,7 @@ from ._core import InternalError
 from . import decoders, kernels, mechanisms
 from .mechanisms import (
     Aggregator,
+    CompressivePrivatization,
     HadamardResponse,
     Mechanism,
     OptimizedLocalHashing,
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Aggregator",
+    "CompressivePrivatization",
     "HadamardResponse",
     "InternalError",
     "Mechanism",

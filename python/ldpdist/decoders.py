@@ -155,11 +155,18 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
                 "iterations; the estimate is the last iterate (raise max_iter or tol)",
                 RuntimeWarning, stacklevel=3)
         return result.estimate
-    raw = mechanism._core.estimate_raw(counts, n)
+    return finish(mechanism._core.estimate_raw(counts, n), decoder, sparsity)
+
+
+def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None) -> np.ndarray:
+    """Apply a post-processing decoder (``raw``, ``normalize``, ``project``,
+    ``sparse_project``) to a raw estimate."""
     if decoder == "raw":
         return raw
     if decoder == "normalize":
         return normalize(raw)
     if decoder == "project":
         return kernels.project_simplex(raw)
-    return kernels.project_sparse_simplex(raw, sparsity)
+    if decoder == "sparse_project":
+        return kernels.project_sparse_simplex(raw, sparsity)
+    raise ValueError(f"decoder {decoder!r} is not a post-processing decoder")

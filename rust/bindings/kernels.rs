@@ -216,21 +216,31 @@ fn column_signs<'py>(
 // ---------------------------------------------------------------------------------------
 // OMP
 
-type OmpTuple<'py> = (Bound<'py, PyArray1<f64>>, Vec<usize>, f64, &'static str, f64);
+type OmpTuple<'py> = (
+    Bound<'py, PyArray1<f64>>,
+    Vec<usize>,
+    f64,
+    &'static str,
+    f64,
+);
 
-fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
-    let stop = match result.stop {
+/// The Python name of a stopping reason.
+pub(super) fn stop_name(stop: OmpStop) -> &'static str {
+    match stop {
         OmpStop::Sparsity => "sparsity",
         OmpStop::Tolerance => "tolerance",
         OmpStop::ExactFit => "exact_fit",
         OmpStop::Dependent => "dependent",
         OmpStop::Orthogonal => "orthogonal",
-    };
+    }
+}
+
+fn omp_tuple(py: Python<'_>, result: OmpResult) -> OmpTuple<'_> {
     (
         result.coef.into_pyarray(py),
         result.support,
         result.residual_norm,
-        stop,
+        stop_name(result.stop),
         result.intercept,
     )
 }
@@ -267,7 +277,9 @@ fn omp_sign<'py>(
     intercept: bool,
 ) -> PyResult<OmpTuple<'py>> {
     let y = slice(&y, "y")?;
-    let result = run(py, || omp::omp_with_intercept(&a.inner, y, s, tol, intercept))?;
+    let result = run(py, || {
+        omp::omp_with_intercept(&a.inner, y, s, tol, intercept)
+    })?;
     Ok(omp_tuple(py, result))
 }
 

@@ -3,6 +3,7 @@
 //! and bit-vector mechanisms differ only in how reports are privatized and aggregated.
 
 use super::{key_from, run, slice, to_py};
+use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
 use crate::mechanisms::randomized_response::RandomizedResponse;
@@ -446,7 +447,121 @@ mechanism_class!(
     }
 );
 
+mechanism_class!(
+    PyCompressivePrivatization,
+    CompressivePrivatization,
+    "CompressivePrivatization",
+    privatize_index,
+    aggregate_index,
+    {
+        #[new]
+        fn new(
+            k: u64,
+            epsilon: f64,
+            m: usize,
+            key: &[u8],
+            matrix: &str,
+            regime: &str,
+            calibrate: bool,
+        ) -> PyResult<Self> {
+            let key = key_from(Some(key)).map_err(to_py)?;
+            let matrix = match matrix {
+                "balanced" => MatrixKind::Balanced,
+                "rademacher" => MatrixKind::Rademacher,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "matrix must be 'balanced' or 'rademacher', got {other:?}"
+                    )))
+                }
+            };
+            let regime = match regime {
+                "auto" => Regime::Auto,
+                "high" => Regime::High,
+                "medium" => Regime::Medium,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "regime must be 'auto', 'high' or 'medium', got {other:?}"
+                    )))
+                }
+            };
+            let inner =
+                CompressivePrivatization::new(k, epsilon, m, key, matrix, regime, calibrate)
+                    .map_err(to_py)?;
+            Ok(Self { inner })
+        }
+
+        #[getter]
+        fn m(&self) -> usize {
+            self.inner.m()
+        }
+
+        #[getter]
+        fn internal_epsilon(&self) -> f64 {
+            self.inner.internal_epsilon()
+        }
+
+        /// The regime used: "high" or "medium".
+        #[getter]
+        fn regime(&self) -> &'static str {
+            match self.inner.regime() {
+                Regime::Medium => "medium",
+                _ => "high",
+            }
+        }
+
+        /// `(kind, p)` of the public sign matrix (`ldpdist.kernels.SignMatrix` arguments).
+        #[getter]
+        fn sign_kind(&self) -> (&'static str, f64) {
+            let kind = self.inner.sign_kind();
+            (kind.name(), kind.p())
+        }
+
+        /// n_x, the number of +1 entries of every column.
+        fn column_ones<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
+            self.inner.column_ones().to_vec().into_pyarray(py)
+        }
+
+        /// `(p̂', support, residual_norm, noise_level, stop)` (see `estimate_sparse`).
+        #[pyo3(signature = (freq, n, sparsity, model))]
+        #[allow(clippy::type_complexity)]
+        fn estimate_sparse<'py>(
+            &self,
+            py: Python<'py>,
+            freq: PyReadonlyArray1<'py, f64>,
+            n: Option<u64>,
+            sparsity: Option<usize>,
+            model: &str,
+        ) -> PyResult<(
+            Bound<'py, PyArray1<f64>>,
+            Vec<usize>,
+            f64,
+            f64,
+            &'static str,
+        )> {
+            let freq = slice(&freq, "freq")?;
+            let model = match model {
+                "exact" => LinearModel::Exact,
+                "paper" => LinearModel::Paper,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "model must be 'exact' or 'paper', got {other:?}"
+                    )))
+                }
+            };
+            let r = run(py, || self.inner.estimate_sparse(freq, n, sparsity, model))?;
+            Ok((
+                r.estimate.into_pyarray(py),
+                r.support,
+                r.residual_norm,
+                r.noise_level,
+                super::kernels::stop_name(r.stop),
+            ))
+        }
+    }
+);
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCompressivePrivatization>()?;
     m.add_class::<PySubsetSelection>()?;
     m.add_class::<PyRandomizedResponse>()?;
     m.add_class::<PyHadamardResponse>()?;

@@ -12,6 +12,7 @@
 //! order with the same chunking, so its histogram equals — exactly, for the same seed — the
 //! histogram of `privatize` applied to the values sorted in increasing order.
 
+pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
 pub mod randomized_response;
@@ -513,6 +514,7 @@ pub(crate) use impl_estimator;
 impl_estimator!(index randomized_response::RandomizedResponse);
 impl_estimator!(index hadamard_response::HadamardResponse);
 impl_estimator!(index local_hashing::OptimizedLocalHashing);
+impl_estimator!(index compressive::CompressivePrivatization);
 impl_estimator!(bits unary_encoding::Rappor, self => (**self));
 impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self));
 impl_estimator!(bits subset_selection::SubsetSelection, self => self);

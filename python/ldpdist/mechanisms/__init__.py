@@ -5,6 +5,7 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 
 from .aggregator import Aggregator
 from .base import BitVectorMechanism, Mechanism, from_dict
+from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
 from .randomized_response import RandomizedResponse
@@ -16,6 +17,7 @@ __all__ = [
     "BitVectorMechanism",
     "Mechanism",
     "from_dict",
+    "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
     "RandomizedResponse",
