@@ -202,3 +202,36 @@ def test_bad_parameters():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         CP(k=100, epsilon=0.5, m=10, seed=1)        # balanced: no warning
+
+
+def geometric(k, lam, seed):
+    p = (1 - lam) ** np.arange(k) * lam
+    return np.random.default_rng(seed).permutation(p / p.sum())
+
+
+@pytest.mark.parametrize("lam", [0.8, 0.6])
+def test_geometric_distributions(lam):
+    # k = 10^4, m = 500, eps = 0.5, n = 10^6, 3 runs. Measured (5 runs): with s the smallest
+    # support holding 0.9 of the mass (s = 2 / 3), CP with that s is slightly above projected
+    # HR (0.089 vs 0.069, 0.142 vs 0.134: the unrecovered tail is an error floor); stopping
+    # OMP at the noise level instead (sparsity=None) gives 0.022 / 0.065, 3x / 2x below HR.
+    k, eps, n = 10_000, 0.5, 1_000_000
+    p = geometric(k, lam, seed=int(lam * 10))
+    cp = CP(k=k, epsilon=eps, m=500, seed=7)
+    rng = np.random.default_rng(3)
+    cp_auto, cp_normalized, hr_proj, best_baseline_normalized = [], [], [], []
+    baselines = [ldpdist.RandomizedResponse(k, eps), ldpdist.RAPPOR(k, eps),
+                 ldpdist.SubsetSelection(k, eps), ldpdist.HadamardResponse(k, eps)]
+    s = int(np.searchsorted(np.cumsum(np.sort(p)[::-1]), 0.9) + 1)
+    for run in range(3):
+        counts = rng.multinomial(n, p)
+        agg = cp.simulate(counts, seed=run)
+        cp_auto.append(np.abs(agg.estimate("project") - p).sum())
+        cp_normalized.append(np.abs(agg.estimate("normalize", sparsity=s) - p).sum())
+        hr_proj.append(np.abs(baselines[-1].simulate(counts, seed=run).estimate("project") - p)
+                       .sum())
+        best_baseline_normalized.append(min(
+            np.abs(b.simulate(counts, seed=run).estimate("normalize") - p).sum()
+            for b in baselines))
+    assert np.mean(cp_auto) < np.mean(hr_proj), (cp_auto, hr_proj)
+    assert np.mean(cp_normalized) <= 0.5 * np.mean(best_baseline_normalized)
