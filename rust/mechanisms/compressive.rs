@@ -66,6 +66,13 @@ use crate::omp::{omp_with_intercept, OmpStop};
 use crate::rng::{uniform_below, BernoulliThreshold, Key, StreamRng};
 use crate::signs::{balanced_ones, fill_column, words_per_column, SignKind, SignMatrix, MAX_ROWS};
 use rand_core::Rng;
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+thread_local! {
+    /// A client's column and the balanced generator's scratch, reused across reports.
+    static COLUMN: RefCell<(Vec<u64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
 
 /// How the columns of A are drawn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,9 +114,15 @@ pub struct CompressivePrivatization {
     matrix_kind: MatrixKind,
     regime: Regime,
     calibrate: bool,
-    matrix: SignMatrix,
-    /// n_x for every column.
+    key: Key,
+    sign_kind: SignKind,
+    /// The bit-packed A, built on first server-side use (balanced) or at construction
+    /// (i.i.d.: its guarantee depends on every column). Clients never need it.
+    matrix: OnceLock<SignMatrix>,
+    /// n_x for every column (i.i.d. matrices); empty for balanced ones, whose columns all
+    /// have `uniform_ones` ones.
     ones: Vec<u32>,
+    uniform_ones: Option<u32>,
     /// Indexed by n ∈ [0, m]: the exact Bernoulli(ρ(n)) sampler.
     inside: Vec<BernoulliThreshold>,
     /// Indexed by n: (a(n), b(n)) = (Q inside, Q outside) as realized.
@@ -412,6 +425,44 @@ impl CompressivePrivatization {
             }
             (_, MatrixKind::Rademacher) => SignKind::Bernoulli(p_one),
         };
+        crate::memory::check_fits(
+            (k as usize).saturating_mul(words_per_column(m)),
+            8,
+            &format!("the packed {m}×{k} matrix"),
+        )?;
+        if matrix == MatrixKind::Balanced {
+            // Every Z_x is equal: the realized guarantee is ln(a/b) of the common weight,
+            // known without the matrix (exact as soon as two columns differ).
+            let n = balanced_ones(m, sign_kind.p());
+            let rho = inside_probability(m, n, epsilon);
+            let (a, b) = column_probabilities(m, n, rho);
+            if !(a > b) {
+                return Err(epsilon_too_small(epsilon));
+            }
+            let probs = (0..=m)
+                .map(|c| column_probabilities(m, c, inside_probability(m, c, epsilon)))
+                .collect();
+            let inside = (0..=m)
+                .map(|c| BernoulliThreshold::new(inside_probability(m, c, epsilon)))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Self {
+                k,
+                m,
+                epsilon,
+                internal_epsilon: epsilon,
+                realized_epsilon: a.ln() - b.ln(),
+                matrix_kind: matrix,
+                regime,
+                calibrate,
+                key,
+                sign_kind,
+                matrix: OnceLock::new(),
+                ones: Vec::new(),
+                uniform_ones: Some(n as u32),
+                inside,
+                probs,
+            });
+        }
         let a = SignMatrix::new(key, m, k as usize, sign_kind)?;
         let ones: Vec<u32> = (0..k as usize).map(|x| a.column_ones(x)).collect();
         let overlaps = Overlaps::new(&a, &ones);
@@ -471,8 +522,11 @@ impl CompressivePrivatization {
             matrix_kind: matrix,
             regime,
             calibrate,
-            matrix: a,
+            key,
+            sign_kind,
+            matrix: OnceLock::from(a),
             ones,
+            uniform_ones: None,
             inside,
             probs,
         })
@@ -508,28 +562,44 @@ impl CompressivePrivatization {
     }
     /// The sign kind of the matrix (part of the spec a client needs).
     pub fn sign_kind(&self) -> SignKind {
-        self.matrix.kind()
+        self.sign_kind
     }
     /// The public key of the matrix.
     pub fn key(&self) -> &Key {
-        self.matrix.key()
+        &self.key
     }
+    /// The bit-packed matrix, built (once) on first use; its size was checked at
+    /// construction.
     pub fn matrix(&self) -> &SignMatrix {
-        &self.matrix
+        self.matrix.get_or_init(|| {
+            SignMatrix::new(self.key, self.m, self.k as usize, self.sign_kind)
+                .expect("the matrix size was checked at construction")
+        })
+    }
+    /// Whether the matrix has been built (clients privatizing small batches never build it).
+    pub fn matrix_built(&self) -> bool {
+        self.matrix.get().is_some()
     }
     /// n_x (number of +1 in column x) for every x.
-    pub fn column_ones(&self) -> &[u32] {
-        &self.ones
+    pub fn column_ones(&self) -> Vec<u32> {
+        match self.uniform_ones {
+            Some(n) => vec![n; self.k as usize],
+            None => self.ones.clone(),
+        }
+    }
+    #[inline]
+    fn ones_of(&self, x: u64) -> usize {
+        self.uniform_ones.unwrap_or_else(|| self.ones[x as usize]) as usize
     }
     /// `(Q(y|x) for y ∈ C_x, for y ∉ C_x)` as realized (both 1/m for a degenerate column).
     pub fn column_probabilities(&self, x: u64) -> (f64, f64) {
-        self.probs[self.ones[x as usize] as usize]
+        self.probs[self.ones_of(x)]
     }
 
     /// Row x of the channel matrix (length m).
     pub fn channel_row(&self, x: u64, row: &mut [f64]) {
         let (a, b) = self.column_probabilities(x);
-        let column = self.matrix.column_bits(x as usize);
+        let column = self.matrix().column_bits(x as usize);
         for (y, q) in row.iter_mut().enumerate() {
             *q = if (column[y / 64] >> (y % 64)) & 1 == 1 {
                 a
@@ -559,7 +629,7 @@ impl CompressivePrivatization {
             })
             .collect();
         let mut q = self
-            .matrix
+            .matrix()
             .matvec(&w)
             .expect("a vector of length m fits in memory");
         q.iter_mut().for_each(|v| *v += constant);
@@ -578,9 +648,9 @@ impl CompressivePrivatization {
         }
         privatize_from_spec(
             rng,
-            self.matrix.key(),
+            &self.key,
             self.m,
-            self.matrix.kind(),
+            self.sign_kind,
             self.internal_epsilon,
             x,
         )
@@ -594,16 +664,26 @@ impl IndexMechanism for CompressivePrivatization {
     fn output_size(&self) -> u64 {
         self.m as u64
     }
+    /// Large batches (at least k values: a server or a simulation) build the matrix once;
+    /// smaller ones generate each user's column on its own, as a client does.
+    fn prepare(&self, batch: usize) {
+        if batch as u64 >= self.k {
+            self.matrix();
+        }
+    }
+
     #[inline]
     fn sample(&self, rng: &mut StreamRng, x: u64) -> u64 {
-        let n = self.ones[x as usize] as usize;
-        sample_from_column(
-            rng,
-            self.matrix.column_bits(x as usize),
-            self.m,
-            n,
-            &self.inside[n],
-        )
+        let n = self.ones_of(x);
+        if let Some(a) = self.matrix.get() {
+            return sample_from_column(rng, a.column_bits(x as usize), self.m, n, &self.inside[n]);
+        }
+        COLUMN.with(|buffers| {
+            let (column, scratch) = &mut *buffers.borrow_mut();
+            column.resize(words_per_column(self.m), 0);
+            fill_column(&self.key, self.m, self.sign_kind, x, column, scratch);
+            sample_from_column(rng, column, self.m, n, &self.inside[n])
+        })
     }
 }
 
@@ -662,7 +742,7 @@ impl CompressivePrivatization {
     pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
         let total: f64 = w.iter().sum();
         let at_w = self
-            .matrix
+            .matrix()
             .rmatvec(w)
             .expect("rmatvec of a length-m vector");
         at_w.iter()
@@ -725,7 +805,7 @@ impl CompressivePrivatization {
             Some(s) => (s, None),
             None => (cap, Some(noise_level)),
         };
-        let run = omp_with_intercept(&self.matrix, &target, s, tol, intercept)?;
+        let run = omp_with_intercept(self.matrix(), &target, s, tol, intercept)?;
         let estimate = run
             .coef
             .iter()
@@ -1120,5 +1200,70 @@ mod tests {
         assert_eq!(ok(3, 0.5, 2, Balanced, Regime::Auto).output_size(), 2);
         let medium = ok(1000, 2.0, 100, Balanced, Regime::Auto);
         assert!(medium.column_ones().iter().all(|&n| n == 14)); // round(100·e^-2) = 14
+    }
+}
+
+#[cfg(test)]
+mod client_tests {
+    use super::*;
+    use crate::mechanisms::privatize;
+    use crate::rng::key_from_u64;
+
+    fn balanced(seed: u64) -> CompressivePrivatization {
+        CompressivePrivatization::new(
+            1000,
+            0.5,
+            100,
+            key_from_u64(seed),
+            MatrixKind::Balanced,
+            Regime::Auto,
+            true,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn small_batches_never_build_the_matrix_and_match_the_server() {
+        let client = balanced(9);
+        let values: Vec<u32> = (0..500).map(|i| (i * 7 % 1000) as u32).collect();
+        let mut from_columns = vec![0u16; values.len()];
+        privatize(&client, &key_from_u64(1), &values, &mut from_columns).unwrap();
+        assert!(
+            !client.matrix_built(),
+            "a batch below k values must not build A"
+        );
+        let server = balanced(9);
+        server.matrix();
+        let mut from_matrix = vec![0u16; values.len()];
+        privatize(&server, &key_from_u64(1), &values, &mut from_matrix).unwrap();
+        assert_eq!(from_columns, from_matrix);
+        // A batch of at least k values builds it once, with the same reports.
+        let all: Vec<u32> = (0..1000).collect();
+        let mut big = vec![0u16; all.len()];
+        privatize(&client, &key_from_u64(1), &all, &mut big).unwrap();
+        assert!(client.matrix_built());
+        let mut again = vec![0u16; all.len()];
+        privatize(&balanced(9), &key_from_u64(1), &all, &mut again).unwrap();
+        assert_eq!(big, again);
+    }
+
+    #[test]
+    fn balanced_realized_epsilon_needs_no_matrix_and_matches_the_channel() {
+        let m = balanced(3);
+        let realized = m.realized_epsilon();
+        assert!(!m.matrix_built());
+        assert!(realized <= 0.5 && 0.5 - realized < 1e-12);
+        let mut worst = 0.0f64;
+        let (rows, cols) = (1000usize, 100usize);
+        let mut q = vec![0.0; rows * cols];
+        for (x, row) in q.chunks_exact_mut(cols).enumerate() {
+            m.channel_row(x as u64, row);
+        }
+        for y in 0..cols {
+            let column = (0..rows).map(|x| q[x * cols + y]);
+            let (lo, hi) = column.fold((f64::INFINITY, 0.0f64), |(l, h), v| (l.min(v), h.max(v)));
+            worst = worst.max((hi / lo).ln());
+        }
+        assert!((worst - realized).abs() < 1e-12);
     }
 }

@@ -105,6 +105,9 @@ pub trait IndexMechanism: Sync {
     fn output_size(&self) -> u64;
     /// One report for value `x < k`, drawing randomness from `rng` only.
     fn sample(&self, rng: &mut StreamRng, x: u64) -> u64;
+    /// Called before a batch of `batch` reports (e.g. to build a cache worth its cost only
+    /// for large batches). Must not change the reports.
+    fn prepare(&self, _batch: usize) {}
 }
 
 /// The first value `≥ k`, as an error naming its position.
@@ -130,6 +133,7 @@ pub fn privatize<M: IndexMechanism, R: ReportInt>(
 ) -> Result<()> {
     assert_eq!(values.len(), out.len(), "one report per value");
     check_values(values, mechanism.domain())?;
+    mechanism.prepare(values.len());
     par_fill_chunks(key, out, |rng, first, chunk| {
         for (o, &x) in chunk.iter_mut().zip(&values[first..]) {
             *o = R::from_u64(mechanism.sample(rng, x as u64));
@@ -222,6 +226,7 @@ pub fn simulate<M: IndexMechanism>(
     }
     let size = mechanism.output_size() as usize;
     crate::memory::check_fits(size, 8, "the report histogram")?;
+    mechanism.prepare(usize::MAX);
     // Cumulative user counts: user u holds the value x with starts[x] ≤ u < starts[x + 1].
     let mut starts = Vec::with_capacity(true_counts.len() + 1);
     let mut total = 0u64;
