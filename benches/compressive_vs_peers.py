@@ -24,23 +24,8 @@ import time
 import numpy as np
 
 import ldpdist
-
-
-def median_time(fn, repeats=7):
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), result
-
-
-def project_numpy(v):
-    u = np.sort(v)[::-1]
-    css = np.cumsum(u)
-    rho = np.nonzero(u * np.arange(1, v.size + 1) > css - 1)[0][-1]
-    return np.maximum(v - (css[rho] - 1) / (rho + 1), 0)
+from kernels_vs_peers import project_simplex_numpy
+from mechanisms_vs_peers import timed
 
 
 def main(argv=None):
@@ -59,10 +44,10 @@ def main(argv=None):
     p[rng.choice(k, s, replace=False)] = 1.0 / s
     values = rng.choice(k, size=n, p=p)
     cp = ldpdist.CompressivePrivatization(k, eps, m, seed=1)
-    t, reports = median_time(lambda: cp.privatize(values, seed=2), 3)
+    t, reports = timed(lambda: cp.privatize(values, seed=2), 3)
     print(f"privatize: {n / t / 1e6:.1f} M reports/s (k={k}, m={m}, from int64 values)")
 
-    t_ours, ours = median_time(lambda: cp.estimate(reports, sparsity=s))
+    t_ours, ours = timed(lambda: cp.estimate(reports, sparsity=s), 7)
     print(f"ldpdist estimate (histogram + OMP + projection): {t_ours * 1e3:.2f} ms, "
           f"l1 error {np.abs(ours - p).sum():.4f}")
     try:
@@ -76,9 +61,9 @@ def main(argv=None):
         def sklearn_pipeline():
             q = np.bincount(reports, minlength=m) / reports.size
             y = (e + 1) / (e - 1) * (m * q - 1)   # A p = y for the balanced matrix
-            return project_numpy(orthogonal_mp(A, y, n_nonzero_coefs=s))
+            return project_simplex_numpy(orthogonal_mp(A, y, n_nonzero_coefs=s))
 
-        t_peer, peer = median_time(sklearn_pipeline)
+        t_peer, peer = timed(sklearn_pipeline, 7)
         print(f"numpy + scikit-learn orthogonal_mp (dense float64): {t_peer * 1e3:.2f} ms, "
               f"l1 error {np.abs(peer - p).sum():.4f}")
         print(f"speed-up {t_peer / t_ours:.1f}x; max |difference| {np.abs(peer - ours).max():.2e}")
