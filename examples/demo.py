@@ -8,8 +8,8 @@ measurement), recovered with OMP on the bit-packed SignMatrix, and projected ont
 probability simplex. The l1 error is reported against sigma for several m: recovery is exact
 without noise once m is large enough, and the error grows linearly with sigma.
 
-Writes ``<out>/demo_sparse_recovery.csv`` and ``<out>/demo_sparse_recovery.png``.
-It is the main job until the ``ldpdist reproduce`` experiments exist.
+Writes ``<out>/demo_sparse_recovery.csv`` and ``<out>/demo_sparse_recovery.png``. The
+privacy channel and the paper's experiments are in ``ldpdist reproduce cp-figure2``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""The ``ldpdist`` command (also ``python -m ldpdist``).
+
+Subcommands are registered by the modules that implement them:
+``ldpdist.experiments`` (``reproduce``, ``simulate``) and ``ldpdist.deploy`` (``spec``,
+``privatize``, ``aggregate``, ``estimate``). Errors are one line on stderr and a non-zero
+exit status, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__, deploy, experiments
+
+    parser = argparse.ArgumentParser(
+        prog="ldpdist",
+        description="Distribution estimation from locally differentially private reports.")
+    parser.add_argument("--version", action="version", version=f"ldpdist {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    experiments.register(commands)
+    deploy.register(commands)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status = args.handler(args)
+    except KeyboardInterrupt:
+        print("ldpdist: interrupted", file=sys.stderr)
+        return 130
+    except (CliError, ValueError, TypeError, OSError, MemoryError, KeyError, RuntimeError) as exc:
+        message = str(exc) or type(exc).__name__
+        if isinstance(exc, KeyError):
+            message = f"missing key {message}"
+        print(f"ldpdist {args.command}: error: {message}", file=sys.stderr)
+        return 2
+    return int(status or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

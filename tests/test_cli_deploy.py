@@ -1,0 +1,415 @@
+"""The file-based deployment commands: ldpdist spec / privatize / aggregate / estimate."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import ldpdist
+from ldpdist import cli
+
+
+def _experiments_available() -> bool:
+    try:
+        importlib.import_module("ldpdist.experiments")
+        return True
+    except ModuleNotFoundError as exc:
+        if exc.name != "ldpdist.experiments":
+            raise
+        return False
+
+
+HAVE_EXPERIMENTS = _experiments_available()
+
+
+@pytest.fixture(autouse=True)
+def _experiments_stub(monkeypatch):
+    """cli.build_parser also registers ldpdist.experiments (written separately); stand in
+    for it when it does not exist yet, so these tests depend only on ldpdist.deploy."""
+    if not HAVE_EXPERIMENTS:
+        stub = types.ModuleType("ldpdist.experiments")
+        stub.register = lambda subparsers: None
+        monkeypatch.setitem(sys.modules, "ldpdist.experiments", stub)
+        monkeypatch.setattr(ldpdist, "experiments", stub, raising=False)
+
+
+def run(capsys, *argv):
+    status = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def ok(capsys, *argv):
+    status, out, err = run(capsys, *argv)
+    assert status == 0, err
+    return out, err
+
+
+def fails(capsys, command, *argv, match=None):
+    """The command exits with 2 and exactly one stderr line ``ldpdist <command>: error: ...``."""
+    status, out, err = run(capsys, command, *argv)
+    assert status == 2, (out, err)
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"ldpdist {command}: error: "), err
+    assert "Traceback" not in err
+    if match is not None:
+        assert match in lines[0], lines[0]
+    return lines[0]
+
+
+def read_estimate(path_or_text, k):
+    text = path_or_text.read_text() if hasattr(path_or_text, "read_text") else path_or_text
+    lines = text.splitlines()
+    assert lines[0] == "value,probability"
+    assert len(lines) == k + 1
+    values = [int(line.split(",")[0]) for line in lines[1:]]
+    assert values == list(range(k))
+    return np.array([float(line.split(",")[1]) for line in lines[1:]])
+
+
+def make_spec(tmp_path, capsys, *argv, name="spec.json"):
+    path = tmp_path / name
+    ok(capsys, "spec", *argv, "-o", path)
+    return path
+
+
+# -- spec -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("rr", ldpdist.RandomizedResponse), ("RAPPOR", ldpdist.RAPPOR),
+    ("ss", ldpdist.SubsetSelection), ("Hr", ldpdist.HadamardResponse),
+    ("oue", ldpdist.OptimizedUnaryEncoding), ("olh", ldpdist.OptimizedLocalHashing),
+    ("HadamardResponse", ldpdist.HadamardResponse), ("randomizedresponse", ldpdist.RandomizedResponse),
+])
+def test_spec_names(capsys, name, cls):
+    out, _ = ok(capsys, "spec", name, "--k", 12, "--epsilon", 1.5)
+    assert ldpdist.from_dict(json.loads(out)) == cls(12, 1.5)
+
+
+def test_spec_parameters(tmp_path, capsys):
+    path = make_spec(tmp_path, capsys, "cp", "--k", 100, "--epsilon", 2, "--m", 20, "--seed", 7,
+                     "--matrix", "rademacher", "--regime", "medium")
+    mech = ldpdist.from_dict(json.loads(path.read_text()))
+    assert mech == ldpdist.CompressivePrivatization(100, 2.0, 20, 7, matrix="rademacher",
+                                                    regime="medium")
+    out, _ = ok(capsys, "spec", "hr", "--k", 50, "--epsilon", 3, "--blocks", 2)
+    assert ldpdist.from_dict(json.loads(out)) == ldpdist.HadamardResponse(50, 3.0, blocks=2)
+    out, _ = ok(capsys, "spec", "ss", "--k", 50, "--epsilon", 1, "--d", 5)
+    assert ldpdist.from_dict(json.loads(out)) == ldpdist.SubsetSelection(50, 1.0, d=5)
+    out, _ = ok(capsys, "spec", "olh", "--k", 50, "--epsilon", 1, "--seed", 9)
+    assert ldpdist.from_dict(json.loads(out)) == ldpdist.OptimizedLocalHashing(50, 1.0, seed=9)
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["cp", "--k", 100, "--epsilon", 1], "needs --m and --seed"),
+    (["cp", "--k", 100, "--epsilon", 1, "--m", 10], "needs --seed"),
+    (["hr", "--k", 100, "--epsilon", 1, "--m", 10], "--m does not apply"),
+    (["hr", "--k", 100, "--epsilon", -1], "epsilon"),
+    (["hr", "--k", 100, "--epsilon", 0], "epsilon"),
+    (["rr", "--k", 1, "--epsilon", 1], "k must be"),
+    (["nosuch", "--k", 10, "--epsilon", 1], "unknown mechanism"),
+    (["cp", "--k", 100, "--epsilon", 1, "--m", 1, "--seed", 1], "m must be"),
+])
+def test_spec_errors(capsys, argv, match):
+    fails(capsys, "spec", *argv, match=match)
+
+
+def test_entry_point(tmp_path):
+    """``python -m ldpdist spec ...`` runs the command line (the package's __main__)."""
+    if HAVE_EXPERIMENTS:
+        argv = [sys.executable, "-m", "ldpdist"]
+    else:  # stand in for the experiments module, then run ldpdist/__main__.py as -m does
+        argv = [sys.executable, "-c",
+                "import sys, types, runpy; m = types.ModuleType('ldpdist.experiments'); "
+                "m.register = lambda s: None; sys.modules['ldpdist.experiments'] = m; "
+                "sys.argv[0] = 'ldpdist'; runpy.run_module('ldpdist', run_name='__main__')"]
+    done = subprocess.run(argv + ["spec", "hr", "--k", "16", "--epsilon", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert ldpdist.from_dict(json.loads(done.stdout)) == ldpdist.HadamardResponse(16, 1.0)
+    done = subprocess.run(argv + ["spec", "cp", "--k", "16", "--epsilon", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["ldpdist spec: error: CompressivePrivatization needs "
+                                        "--m and --seed"]
+
+
+# -- the full flow against the Python API -----------------------------------------------------
+
+
+FLOWS = [
+    # (spec argv, estimate argv, API estimate kwargs)
+    (["hr", "--k", 40, "--epsilon", 1.0], ["--decoder", "project"], {"decoder": "project"}),
+    (["rappor", "--k", 30, "--epsilon", 2.0], ["--decoder", "ibu"], {"decoder": "ibu"}),
+    (["cp", "--k", 128, "--epsilon", 2.0, "--m", 32, "--seed", 5],
+     ["--decoder", "project", "--sparsity", 3], {"decoder": "project", "sparsity": 3}),
+    (["cp", "--k", 128, "--epsilon", 0.5, "--m", 32, "--seed", 5],
+     ["--decoder", "raw", "--sparsity", 2, "--model", "paper"],
+     {"decoder": "raw", "sparsity": 2, "model": "paper"}),
+    (["ss", "--k", 25, "--epsilon", 1.0], ["--decoder", "normalize"], {"decoder": "normalize"}),
+    (["olh", "--k", 25, "--epsilon", 1.0, "--seed", 3], ["--decoder", "project"], {"decoder": "project"}),
+]
+
+
+@pytest.mark.parametrize("spec_argv, estimate_argv, api_kwargs", FLOWS,
+                         ids=["hr", "rappor", "cp", "cp-paper", "ss", "olh"])
+def test_flow_matches_api(tmp_path, capsys, spec_argv, estimate_argv, api_kwargs):
+    spec = make_spec(tmp_path, capsys, *spec_argv)
+    mech = ldpdist.from_dict(json.loads(spec.read_text()))
+    k = mech.k
+    rng = np.random.default_rng(0)
+    support = np.array([1, k // 3, k - 2])
+    values1 = rng.choice(support, size=3000, p=[0.5, 0.3, 0.2])
+    values2 = rng.choice(support, size=2000, p=[0.5, 0.3, 0.2])
+    np.save(tmp_path / "v1.npy", values1)
+    (tmp_path / "v2.csv").write_text("\n".join(map(str, values2)) + "\n")
+
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v1.npy", "--seed", 11, "-o", tmp_path / "r1.npy")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v2.csv", "--seed", 12, "-o", tmp_path / "r2.npy")
+    reports1 = mech.privatize(values1, seed=11)
+    reports2 = mech.privatize(values2, seed=12)
+    for path, expected in ((tmp_path / "r1.npy", reports1), (tmp_path / "r2.npy", reports2)):
+        got = np.load(path, allow_pickle=False)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        assert np.array_equal(got, expected)
+    if mech.report_kind == "bits":
+        assert reports1.ndim == 2 and reports1.dtype == np.uint8
+    else:
+        assert reports1.ndim == 1
+
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.npy", "-o", tmp_path / "a.bin")
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r2.npy", "-o", tmp_path / "b.bin")
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "a.bin", tmp_path / "b.bin",
+       "-o", tmp_path / "all.bin")
+    ok(capsys, "estimate", "--spec", spec, tmp_path / "all.bin", *estimate_argv,
+       "-o", tmp_path / "estimate.csv")
+
+    api = mech.aggregator().add(reports1)
+    api.merge(mech.aggregator().add(reports2))
+    assert (tmp_path / "all.bin").read_bytes() == api.to_bytes()
+    expected = api.estimate(**api_kwargs)
+    got = read_estimate(tmp_path / "estimate.csv", k)
+    assert np.array_equal(got, expected)
+
+    # Same answer from one aggregate of both report files, and from stdout.
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.npy", tmp_path / "r2.npy",
+       "-o", tmp_path / "one.bin")
+    assert (tmp_path / "one.bin").read_bytes() == api.to_bytes()
+    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "one.bin", *estimate_argv)
+    assert np.array_equal(read_estimate(out, k), expected)
+
+    # Estimating straight from a reports file equals the API's estimate of those reports.
+    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "r1.npy", *estimate_argv)
+    assert np.array_equal(read_estimate(out, k), mech.estimate(reports1, **api_kwargs))
+
+
+def test_values_formats_give_identical_reports(tmp_path, capsys):
+    spec = make_spec(tmp_path, capsys, "hr", "--k", 20, "--epsilon", 1)
+    values = np.random.default_rng(1).integers(0, 20, size=101)
+    np.save(tmp_path / "v.npy", values.astype(np.uint16))
+    (tmp_path / "v.txt").write_text(
+        "\n\n".join(map(str, values)) + "\n\n   \n")  # blank lines are ignored
+    rows = [values[i:i + 7] for i in range(0, values.size, 7)]
+    (tmp_path / "v.csv").write_text(
+        "\r\n".join(", ".join(map(str, row)) if j % 2 else " ".join(map(str, row)) + " ,"
+                    for j, row in enumerate(rows)) + "\r\n")
+    outputs = []
+    for name in ("v.npy", "v.txt", "v.csv"):
+        out = tmp_path / (name + ".reports.npy")
+        ok(capsys, "privatize", "--spec", spec, tmp_path / name, "--seed", 99, "-o", out)
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2]
+    mech = ldpdist.from_dict(json.loads(spec.read_text()))
+    assert np.array_equal(np.load(tmp_path / "v.npy.reports.npy"), mech.privatize(values, seed=99))
+
+
+def test_privatize_without_seed(tmp_path, capsys):
+    spec = make_spec(tmp_path, capsys, "rappor", "--k", 10, "--epsilon", 1)
+    (tmp_path / "v.txt").write_text("1 2 3\n4\n")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "r.npy")
+    reports = np.load(tmp_path / "r.npy")
+    assert reports.shape == (4, 2) and reports.dtype == np.uint8
+
+
+# -- --on-invalid drop ------------------------------------------------------------------------
+
+
+def test_on_invalid_drop(tmp_path, capsys):
+    spec = make_spec(tmp_path, capsys, "hr", "--k", 10, "--epsilon", 1)
+    mech = ldpdist.from_dict(json.loads(spec.read_text()))
+    reports = mech.privatize(np.arange(10).repeat(10), seed=1).astype(np.int64)
+    reports[[3, 50, 77]] = [-1, mech.output_size, 10**9]
+    np.save(tmp_path / "r.npy", reports)
+
+    fails(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "-o", tmp_path / "a.bin",
+                 match="--on-invalid drop")
+    assert not (tmp_path / "a.bin").exists()
+
+    out, err = ok(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "--on-invalid", "drop",
+                  "-o", tmp_path / "a.bin")
+    assert len(err.splitlines()) == 1 and "dropped 3 " in err
+    state = ldpdist.Aggregator.from_bytes((tmp_path / "a.bin").read_bytes())
+    assert state.n == 97 and state.dropped == 3
+    expected = mech.aggregator().add(np.delete(reports, [3, 50, 77]).astype(np.uint32))
+    assert np.array_equal(state.counts, expected.counts)
+
+    out, err = ok(capsys, "estimate", "--spec", spec, tmp_path / "r.npy", "--on-invalid", "drop")
+    assert "dropped 3 " in err
+    assert np.array_equal(read_estimate(out, 10), expected.estimate())
+
+
+# -- errors: exit 2 and one line --------------------------------------------------------------
+
+
+@pytest.fixture
+def setup(tmp_path, capsys):
+    """Specs, values, reports and states of an HR, a RAPPOR and a second HR deployment."""
+    d = types.SimpleNamespace(path=tmp_path)
+    d.hr = make_spec(tmp_path, capsys, "hr", "--k", 20, "--epsilon", 1, name="hr.json")
+    d.hr2 = make_spec(tmp_path, capsys, "hr", "--k", 20, "--epsilon", 2, name="hr2.json")
+    d.rappor = make_spec(tmp_path, capsys, "rappor", "--k", 20, "--epsilon", 1, name="rappor.json")
+    (tmp_path / "v.txt").write_text("1\n2\n3\n19\n")
+    for name in ("hr", "hr2", "rappor"):
+        ok(capsys, "privatize", "--spec", getattr(d, name), tmp_path / "v.txt", "--seed", 1,
+           "-o", tmp_path / f"{name}.npy")
+        ok(capsys, "aggregate", "--spec", getattr(d, name), tmp_path / f"{name}.npy",
+           "-o", tmp_path / f"{name}.bin")
+    return d
+
+
+def test_error_missing_files(setup, capsys):
+    d = setup
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "nope.csv", "-o", d.path / "r.npy",
+          match="does not exist")
+    fails(capsys, "privatize", "--spec", d.path / "nope.json", d.path / "v.txt", "-o", d.path / "r.npy",
+          match="does not exist")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.npy", d.path / "nope.npy",
+          "-o", d.path / "x.bin", match="does not exist")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "nope.bin", match="does not exist")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.npy", "-o", d.path / "no" / "x.bin",
+          match="does not exist")
+    assert not (d.path / "r.npy").exists() and not (d.path / "x.bin").exists()
+
+
+def test_error_bad_values(setup, capsys):
+    d = setup
+    np.save(d.path / "f.npy", np.array([1.0, 2.0]))
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "f.npy", "-o", d.path / "r.npy",
+          match="dtype float64")
+    np.save(d.path / "o.npy", np.array([1, 20, 3]))
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.npy", "-o", d.path / "r.npy",
+          match="values[1]")
+    (d.path / "o.txt").write_text("1\n\n2, -1\n")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.txt", "-o", d.path / "r.npy",
+          match="line 3, item 2")
+    (d.path / "f.csv").write_text("1\n2.5\n")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "f.csv", "-o", d.path / "r.npy",
+          match="line 2, item 1: '2.5' is not an integer")
+    (d.path / "h.csv").write_text("value\n1\n")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "h.csv", "-o", d.path / "r.npy",
+          match="line 1")
+    (d.path / "big.txt").write_text("1\n" + "9" * 30 + "\n")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "big.txt", "-o", d.path / "r.npy",
+          match="line 2")
+    np.save(d.path / "2d.npy", np.array([[1, 2]]))
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "r.npy",
+          match="1-D")
+    (d.path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "bad.npy", "-o", d.path / "r.npy",
+          match="not a readable .npy")
+    np.save(d.path / "obj.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "obj.npy", "-o", d.path / "r.npy",
+          match="not a readable .npy")
+    (d.path / "bin.txt").write_bytes(b"\xff\xfe\x00")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "bin.txt", "-o", d.path / "r.npy")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "v.txt", "--seed", -1, "-o", d.path / "r.npy")
+    assert not (d.path / "r.npy").exists()
+
+
+def test_error_bad_specs(setup, capsys):
+    d = setup
+    spec = json.loads(d.hr.read_text())
+    (d.path / "neg.json").write_text(json.dumps({**spec, "epsilon": -1.0}))
+    for command, argv in (("privatize", [d.path / "v.txt", "-o", d.path / "r.npy"]),
+                          ("aggregate", [d.path / "hr.npy", "-o", d.path / "x.bin"]),
+                          ("estimate", [d.path / "hr.bin"])):
+        fails(capsys, command, "--spec", d.path / "neg.json", *argv, match="epsilon must be > 0")
+    (d.path / "broken.json").write_text("{\"mechanism\": ")
+    fails(capsys, "estimate", "--spec", d.path / "broken.json", d.path / "hr.bin",
+          match="not valid JSON")
+    (d.path / "unknown.json").write_text(json.dumps({**spec, "mechanism": "Nope"}))
+    fails(capsys, "estimate", "--spec", d.path / "unknown.json", d.path / "hr.bin",
+          match="unknown mechanism")
+    (d.path / "list.json").write_text("[1, 2]")
+    fails(capsys, "estimate", "--spec", d.path / "list.json", d.path / "hr.bin")
+    (d.path / "extra.json").write_text(json.dumps({**spec, "bogus": 1}))
+    fails(capsys, "estimate", "--spec", d.path / "extra.json", d.path / "hr.bin", match="bogus")
+
+
+def test_error_states(setup, capsys):
+    d = setup
+    blob = (d.path / "hr.bin").read_bytes()
+    corrupt = {"truncated.bin": blob[:-5], "header.bin": blob[:20],
+               "counts.bin": blob[:-8] + (10**6).to_bytes(8, "little")}
+    for name, data in corrupt.items():
+        (d.path / name).write_bytes(data)
+        fails(capsys, "estimate", "--spec", d.hr, d.path / name, match="is corrupt")
+        fails(capsys, "aggregate", "--spec", d.hr, d.path / name, "-o", d.path / "x.bin",
+              match="is corrupt")
+    (d.path / "junk.bin").write_bytes(b"hello world")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "junk.bin", match="neither")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr2.bin",
+                 match="was aggregated for HadamardResponse(k=20, epsilon=2.0), "
+                       "not HadamardResponse(k=20, epsilon=1.0)")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.bin", d.path / "rappor.bin",
+          "-o", d.path / "x.bin", match="was aggregated for RAPPOR")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.bin", d.path / "hr.bin",
+          "-o", d.path / "x.bin", match="given twice")
+    assert not (d.path / "x.bin").exists()
+
+
+def test_error_reports(setup, capsys):
+    d = setup
+    # A spec of another mechanism used with reports, both ways.
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "rappor.npy", "-o", d.path / "x.bin",
+          match="1-D unsigned integer arrays")
+    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "hr.npy", "-o", d.path / "x.bin",
+          match="2-D uint8 arrays of shape (n, 3)")
+    fails(capsys, "estimate", "--spec", d.rappor, d.path / "hr.npy", match="do not fit")
+    # 2-D rows for an index mechanism, float reports, out-of-range reports.
+    np.save(d.path / "2d.npy", np.zeros((4, 2), dtype=np.uint32))
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "x.bin",
+          match="shape (4, 2)")
+    np.save(d.path / "f.npy", np.zeros(4))
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "f.npy", "-o", d.path / "x.bin",
+          match="dtype float64")
+    np.save(d.path / "wide.npy", np.zeros((4, 5), dtype=np.uint8))
+    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "wide.npy", "-o", d.path / "x.bin",
+          match="shape (4, 5)")
+    np.save(d.path / "big.npy", np.array([1, 2, 10**6]))
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "big.npy", "-o", d.path / "x.bin",
+          match="reports[2] = 1000000")
+    (d.path / "cut.npy").write_bytes((d.path / "hr.npy").read_bytes()[:-3])
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "cut.npy", "-o", d.path / "x.bin",
+          match="not a readable .npy")
+    assert not (d.path / "x.bin").exists()
+
+
+def test_error_estimate_options(setup, capsys):
+    d = setup
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--model", "paper",
+          match="--model applies only")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--decoder", "sparse_project")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--decoder", "sparse_project",
+          "--sparsity", 0)
+    empty = ldpdist.from_dict(json.loads(d.hr.read_text())).aggregator().to_bytes()
+    (d.path / "empty.bin").write_bytes(empty)
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "empty.bin", match="no reports")
