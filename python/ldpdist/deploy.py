@@ -32,22 +32,12 @@ import numpy as np
 
 from .cli import CliError
 from .decoders import DECODERS
-from .mechanisms import Aggregator, CompressivePrivatization, from_dict
+from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization, from_dict
 from .mechanisms.aggregator import _MAGIC as STATE_MAGIC
 from .mechanisms.base import Mechanism
 from .mechanisms.compressive import MATRIX_KINDS, MODELS, REGIMES
 
 NPY_MAGIC = b"\x93NUMPY"
-
-SHORT_NAMES = {
-    "rr": "RandomizedResponse",
-    "rappor": "RAPPOR",
-    "ss": "SubsetSelection",
-    "hr": "HadamardResponse",
-    "oue": "OptimizedUnaryEncoding",
-    "olh": "OptimizedLocalHashing",
-    "cp": "CompressivePrivatization",
-}
 
 # Optional parameters of `ldpdist spec` -> mechanisms that take them.
 _SPEC_OPTIONS = {

@@ -53,21 +53,15 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .cli import CliError
+from .decoders import DECODERS
+from .mechanisms import SHORT_NAMES
 
 COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "epsilon", "n", "run", "l1",
            "l2", "seconds", "path")
-ALL_DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu")
+ALL_DECODERS = DECODERS
 
 # short name -> class name; the CSV and the plots use the short (upper-case) names
-_MECHANISMS = {
-    "rr": "RandomizedResponse",
-    "rappor": "RAPPOR",
-    "ss": "SubsetSelection",
-    "hr": "HadamardResponse",
-    "oue": "OptimizedUnaryEncoding",
-    "olh": "OptimizedLocalHashing",
-    "cp": "CompressivePrivatization",
-}
+_MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
            "cp": "CP"}
 

@@ -12,7 +12,19 @@ from .randomized_response import RandomizedResponse
 from .subset_selection import SubsetSelection
 from .unary_encoding import RAPPOR, OptimizedUnaryEncoding
 
+# Short names used by the command line and the experiments.
+SHORT_NAMES = {
+    "rr": "RandomizedResponse",
+    "rappor": "RAPPOR",
+    "ss": "SubsetSelection",
+    "hr": "HadamardResponse",
+    "oue": "OptimizedUnaryEncoding",
+    "olh": "OptimizedLocalHashing",
+    "cp": "CompressivePrivatization",
+}
+
 __all__ = [
+    "SHORT_NAMES",
     "Aggregator",
     "BitVectorMechanism",
     "Mechanism",
