@@ -421,6 +421,38 @@ pub fn aggregate_bits<M: BitMechanism>(
     })
 }
 
+/// The estimator algebra of a symmetric mechanism: coordinate j of the aggregate has
+/// per-report mean `low + (high − low)·p_j` (randomized response's report histogram; the
+/// per-bit counts of the unary encodings and of subset selection). The map is self-adjoint,
+/// so it serves both `expected_frequencies` and `channel_apply`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SymmetricEstimator {
+    pub high: f64,
+    pub low: f64,
+}
+
+impl SymmetricEstimator {
+    /// Unbiased estimate from the aggregate of `n > 0` reports: `(c_j/n − low)/(high − low)`.
+    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
+        let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
+        self.estimate_from_frequencies(&freq)
+    }
+
+    /// Unbiased estimate from per-report frequencies.
+    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
+        let gap = self.high - self.low;
+        freq.iter().map(|&f| (f - self.low) / gap).collect()
+    }
+
+    /// `low·Σv + (high − low)·v_j`: expected frequencies for `v = p`, and the adjoint `Q w`.
+    pub fn apply(&self, v: &[f64]) -> Vec<f64> {
+        let total: f64 = v.iter().sum();
+        v.iter()
+            .map(|&x| self.low * total + (self.high - self.low) * x)
+            .collect()
+    }
+}
+
 /// The server-side interface every mechanism shares: its guarantee, the unbiased estimator,
 /// the channel products used by the iterative Bayesian update, and exact simulation. The
 /// aggregate ("statistic") is the report histogram for index mechanisms and the per-bit
@@ -452,13 +484,10 @@ pub trait Estimator: Sync {
 }
 
 /// Implement [`Estimator`] by delegating to a mechanism's inherent methods; `$inner`
-/// reaches the object that has them (`self` itself, or a wrapped core).
+/// reaches the object that has them (`self` itself, or a wrapped core). With `symmetric`,
+/// the four linear maps come from the mechanism's `symmetric()` [`SymmetricEstimator`].
 macro_rules! impl_estimator {
-    (@common $this:ident => $inner:expr) => {
-        fn epsilon(&$this) -> f64 { $inner.epsilon() }
-        fn realized_epsilon(&$this) -> f64 { $inner.realized_epsilon() }
-        fn probabilities(&$this) -> (f64, f64) { $inner.probabilities() }
-        fn channel_row(&$this, x: u64, row: &mut [f64]) { $inner.channel_row(x, row) }
+    (@linear delegate $this:ident => $inner:expr) => {
         fn estimate_raw(&$this, counts: &[u64], n: u64) -> Vec<f64> {
             $inner.estimate_raw(counts, n)
         }
@@ -470,9 +499,31 @@ macro_rules! impl_estimator {
         }
         fn channel_apply(&$this, w: &[f64]) -> Vec<f64> { $inner.channel_apply(w) }
     };
+    (@linear symmetric $this:ident => $inner:expr) => {
+        fn estimate_raw(&$this, counts: &[u64], n: u64) -> Vec<f64> {
+            $inner.symmetric().estimate_raw(counts, n)
+        }
+        fn estimate_from_frequencies(&$this, freq: &[f64]) -> Vec<f64> {
+            $inner.symmetric().estimate_from_frequencies(freq)
+        }
+        fn expected_frequencies(&$this, dist: &[f64]) -> Vec<f64> {
+            $inner.symmetric().apply(dist)
+        }
+        fn channel_apply(&$this, w: &[f64]) -> Vec<f64> { $inner.symmetric().apply(w) }
+    };
+    (@common $linear:ident $this:ident => $inner:expr) => {
+        fn epsilon(&$this) -> f64 { $inner.epsilon() }
+        fn realized_epsilon(&$this) -> f64 { $inner.realized_epsilon() }
+        fn probabilities(&$this) -> (f64, f64) { $inner.probabilities() }
+        fn channel_row(&$this, x: u64, row: &mut [f64]) { $inner.channel_row(x, row) }
+        $crate::mechanisms::impl_estimator!(@linear $linear $this => $inner);
+    };
     (index $t:ty) => {
+        $crate::mechanisms::impl_estimator!(index $t, delegate);
+    };
+    (index $t:ty, $linear:ident) => {
         impl $crate::mechanisms::Estimator for $t {
-            $crate::mechanisms::impl_estimator!(@common self => self);
+            $crate::mechanisms::impl_estimator!(@common $linear self => self);
             fn domain_size(&self) -> u64 {
                 $crate::mechanisms::IndexMechanism::domain(self)
             }
@@ -491,9 +542,9 @@ macro_rules! impl_estimator {
             }
         }
     };
-    (bits $t:ty, $this:ident => $inner:expr) => {
+    (bits $t:ty, $this:ident => $inner:expr, $linear:ident) => {
         impl $crate::mechanisms::Estimator for $t {
-            $crate::mechanisms::impl_estimator!(@common $this => $inner);
+            $crate::mechanisms::impl_estimator!(@common $linear $this => $inner);
             fn domain_size(&self) -> u64 {
                 $crate::mechanisms::BitMechanism::domain(self)
             }
@@ -516,13 +567,13 @@ macro_rules! impl_estimator {
 }
 pub(crate) use impl_estimator;
 
-impl_estimator!(index randomized_response::RandomizedResponse);
+impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
 impl_estimator!(index hadamard_response::HadamardResponse);
 impl_estimator!(index local_hashing::OptimizedLocalHashing);
 impl_estimator!(index compressive::CompressivePrivatization);
-impl_estimator!(bits unary_encoding::Rappor, self => (**self));
-impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self));
-impl_estimator!(bits subset_selection::SubsetSelection, self => self);
+impl_estimator!(bits unary_encoding::Rappor, self => (**self), symmetric);
+impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self), symmetric);
+impl_estimator!(bits subset_selection::SubsetSelection, self => self, symmetric);
 
 /// Check that a counts vector has the expected length.
 pub fn check_counts(counts: &[u64], expected: usize, what: &str) -> Result<u64> {

@@ -11,7 +11,7 @@
 //! `e^ε` (p ↦ p/(1 − p) is increasing). The estimator uses the same `p`, `q`, so it is exactly
 //! unbiased for the channel actually used.
 
-use super::{check_domain, check_epsilon, IndexMechanism};
+use super::{check_domain, check_epsilon, IndexMechanism, SymmetricEstimator};
 use crate::error::Result;
 use crate::rng::{uniform_below, BernoulliThreshold, StreamRng};
 
@@ -86,31 +86,13 @@ impl RandomizedResponse {
         row[x as usize] = self.p;
     }
 
-    /// Unbiased estimate from the report histogram (length k, `n = Σ counts > 0`).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
-        self.estimate_from_frequencies(&freq)
-    }
-
-    /// Unbiased estimate from report frequencies `f_y = c_y / n` (length k).
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        let gap = self.p - self.q;
-        freq.iter().map(|&f| (f - self.q) / gap).collect()
-    }
-
-    /// Expected report frequencies for a distribution `dist`: `Qᵀ dist`.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        let total: f64 = dist.iter().sum();
-        dist.iter()
-            .map(|&v| self.q * total + (self.p - self.q) * v)
-            .collect()
-    }
-
-    /// `Q w`: `(Q w)_x = Σ_y Q(y|x) w_y`, the adjoint of [`expected_frequencies`].
-    ///
-    /// [`expected_frequencies`]: Self::expected_frequencies
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        self.expected_frequencies(w)
+    /// The estimator algebra (`mechanisms::SymmetricEstimator`): estimate, expected
+    /// frequencies and channel products of the `Estimator` trait all come from it.
+    pub(crate) fn symmetric(&self) -> SymmetricEstimator {
+        SymmetricEstimator {
+            high: self.p,
+            low: self.q,
+        }
     }
 }
 
@@ -139,6 +121,7 @@ mod tests {
         assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
     };
     use super::*;
+    use crate::mechanisms::Estimator;
     use crate::rng::key_from_u64;
 
     #[test]

@@ -65,7 +65,7 @@
 //! samplers.
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
-use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism};
+use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism, SymmetricEstimator};
 use crate::error::{Error, Result};
 use crate::rng::{stream, uniform_below, BernoulliThreshold, Key, StreamRng};
 use rand_core::Rng;
@@ -212,29 +212,11 @@ impl SubsetSelection {
         }
     }
 
-    /// Unbiased estimate from per-bit counts of `n > 0` reports.
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
-        self.estimate_from_frequencies(&freq)
-    }
-
-    /// Unbiased estimate from per-bit frequencies `c_j / n`: `(f_j − b)/(a − b)`.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        let (a, b) = self.probabilities();
-        freq.iter().map(|&f| (f - b) / (a - b)).collect()
-    }
-
-    /// `P(bit j = 1)` for a user drawn from `dist` (times `Σ dist`): `b Σp + (a − b) p_j`.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        let (a, b) = self.probabilities();
-        let total: f64 = dist.iter().sum();
-        dist.iter().map(|&p| b * total + (a - b) * p).collect()
-    }
-
-    /// `(Q w)_x = Σ_j P(bit j = 1 | x) w_j = b Σw + (a − b) w_x`, the adjoint of
-    /// [`expected_frequencies`](Self::expected_frequencies).
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        self.expected_frequencies(w)
+    /// The estimator algebra (`mechanisms::SymmetricEstimator`): estimate, expected
+    /// frequencies and channel products of the `Estimator` trait all come from it.
+    pub(crate) fn symmetric(&self) -> SymmetricEstimator {
+        let (high, low) = self.probabilities();
+        SymmetricEstimator { high, low }
     }
 
     /// Per-bit counts of privatizing `true_counts[x]` users holding each value x (see the
@@ -585,6 +567,7 @@ mod tests {
     use super::super::testing::{channel_stats, chi_square};
     use super::super::{aggregate_bits, channel_matrix, privatize_bits, row_bytes};
     use super::*;
+    use crate::mechanisms::Estimator;
     use crate::rng::key_from_u64;
     use std::collections::HashMap;
 

@@ -59,7 +59,7 @@
 //! (which is not exact to the last bit as the samplers of `privatize` are), but they are not
 //! equal to the counts of any particular `privatize` call for the same seed.
 
-use super::{check_domain, check_epsilon, set_bit, BitMechanism};
+use super::{check_domain, check_epsilon, set_bit, BitMechanism, SymmetricEstimator};
 use crate::error::{Error, Result};
 use crate::rng::{stream, BernoulliThreshold, Key, StreamRng};
 use rand_core::Rng;
@@ -202,34 +202,13 @@ impl UnaryEncoding {
         }
     }
 
-    /// Unbiased estimate from per-bit counts (length k) of `n > 0` reports.
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        let n = n as f64;
-        let gap = self.a - self.b;
-        counts
-            .iter()
-            .map(|&c| (c as f64 / n - self.b) / gap)
-            .collect()
-    }
-
-    /// Unbiased estimate from per-bit frequencies `c_j / n` (length k).
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        let gap = self.a - self.b;
-        freq.iter().map(|&f| (f - self.b) / gap).collect()
-    }
-
-    /// `P(bit j = 1)` for a user drawn from `dist` (length k): `b Σdist + (a − b) dist_j`.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        let total: f64 = dist.iter().sum();
-        dist.iter()
-            .map(|&p| self.b * total + (self.a - self.b) * p)
-            .collect()
-    }
-
-    /// `(Q w)_x = Σ_j P(bit j = 1 | x) w_j = b Σw + (a − b) w_x`, the adjoint of
-    /// [`expected_frequencies`](Self::expected_frequencies).
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        self.expected_frequencies(w)
+    /// The estimator algebra (`mechanisms::SymmetricEstimator`): estimate, expected
+    /// frequencies and channel products of the `Estimator` trait all come from it.
+    pub(crate) fn symmetric(&self) -> SymmetricEstimator {
+        SymmetricEstimator {
+            high: self.a,
+            low: self.b,
+        }
     }
 
     /// Per-bit counts of privatizing `true_counts[x]` users holding each x, without storing
@@ -655,7 +634,9 @@ mod tests {
             let total: f64 = p.iter().sum();
             let p: Vec<f64> = p.iter().map(|v| v / total).collect();
             for (name, m) in both(k, eps) {
-                let est = m.estimate_from_frequencies(&m.expected_frequencies(&p));
+                let est = m
+                    .symmetric()
+                    .estimate_from_frequencies(&m.symmetric().apply(&p));
                 for (e, v) in est.iter().zip(&p) {
                     assert!((e - v).abs() < 1e-12, "{name}: {e} vs {v}");
                 }
@@ -663,19 +644,24 @@ mod tests {
                 let counts: Vec<u64> = (0..k).map(|j| (j * 13 + 5) % 40).collect();
                 let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / 40.0).collect();
                 assert_eq!(
-                    m.estimate_raw(&counts, 40),
-                    m.estimate_from_frequencies(&freq)
+                    m.symmetric().estimate_raw(&counts, 40),
+                    m.symmetric().estimate_from_frequencies(&freq)
                 );
                 // Adjoint identity <Qᵀp, w> = <p, Q w>, and expected frequencies against the
                 // full channel for small k.
                 let w: Vec<f64> = (0..k).map(|j| (j as f64 * 0.37).sin()).collect();
                 let lhs: f64 = m
-                    .expected_frequencies(&p)
+                    .symmetric()
+                    .apply(&p)
                     .iter()
                     .zip(&w)
                     .map(|(a, b)| a * b)
                     .sum();
-                let rhs: f64 = p.iter().zip(m.channel_apply(&w)).map(|(a, b)| a * b).sum();
+                let rhs: f64 = p
+                    .iter()
+                    .zip(m.symmetric().apply(&w))
+                    .map(|(a, b)| a * b)
+                    .sum();
                 assert!((lhs - rhs).abs() < 1e-12);
                 if k <= 8 {
                     let size = 1usize << k;
@@ -691,7 +677,7 @@ mod tests {
                             }
                         }
                     }
-                    for (a, b) in m.expected_frequencies(&p).iter().zip(&direct) {
+                    for (a, b) in m.symmetric().apply(&p).iter().zip(&direct) {
                         assert!((a - b).abs() < 1e-14);
                     }
                 }
