@@ -154,10 +154,7 @@ class ReplayStream:
         self.consumed += 1
         return word
 
-    def next_u64(self) -> int:
-        lo = self.next_u32()
-        hi = self.next_u32()
-        return lo + (hi << 32)
+    next_u64 = WordStream.next_u64
 
 
 # --------------------------------------------------------------------------------------

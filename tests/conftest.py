@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import pathlib
 import subprocess
@@ -38,19 +39,8 @@ def run_python(code: str, env: Optional[Dict[str, str]] = None, timeout: float =
             full_env.pop(name, None)
         else:
             full_env[name] = value
-    prelude = textwrap.dedent(
-        """
-        import hashlib, sys
-        import numpy as np
-        def digest(array):
-            array = np.ascontiguousarray(array)
-            h = hashlib.sha256()
-            h.update(str(array.dtype).encode())
-            h.update(str(array.shape).encode())
-            h.update(array.tobytes())
-            return h.hexdigest()
-        """
-    )
+    # The subprocess gets the same `digest` as this module, from its source.
+    prelude = "import hashlib, sys\nimport numpy as np\n" + inspect.getsource(digest) + "\n"
     done = subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
         env=full_env,
