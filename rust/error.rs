@@ -12,6 +12,8 @@ pub enum Error {
     Memory(String),
     /// An environment failure such as the OS entropy source (Python `RuntimeError`).
     Runtime(String),
+    /// The computation was interrupted (`crate::interrupt`; Python `KeyboardInterrupt`).
+    Interrupted,
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -22,6 +24,7 @@ impl fmt::Display for Error {
             Error::Value(m) | Error::Type(m) | Error::Memory(m) | Error::Runtime(m) => {
                 f.write_str(m)
             }
+            Error::Interrupted => f.write_str("interrupted"),
         }
     }
 }

@@ -5,11 +5,13 @@
 //!
 //! Kernels: [`hadamard`] (FWHT), [`simplex`] (projections), [`signs`] (seeded bit-packed ±1
 //! matrices), [`omp`] (orthogonal matching pursuit), [`rng`] (keys, reproducible parallel
-//! streams, exact samplers), [`memory`] (allocation guard).
+//! streams, exact samplers), [`memory`] (the memory guard and its budget), [`interrupt`]
+//! (cooperative cancellation of long loops).
 
 pub mod error;
 pub mod finite;
 pub mod hadamard;
+pub mod interrupt;
 pub mod mechanisms;
 pub mod memory;
 pub mod omp;

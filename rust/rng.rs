@@ -150,18 +150,21 @@ pub fn bernoulli_f64<R: Rng + ?Sized>(rng: &mut R, p: f64) -> Result<bool> {
 /// Fill `out` in parallel: chunk `c` (of [`SAMPLE_CHUNK`] items) gets `stream(key, c)`.
 ///
 /// `fill_chunk(rng, first_index, chunk)` must consume randomness only from `rng`; the result
-/// is then independent of the thread count.
-pub fn par_fill_chunks<T, F>(key: &Key, out: &mut [T], fill_chunk: F)
+/// is then independent of the thread count. Stops between chunks when interrupted
+/// (`crate::interrupt`).
+pub fn par_fill_chunks<T, F>(key: &Key, out: &mut [T], fill_chunk: F) -> Result<()>
 where
     T: Send,
     F: Fn(&mut StreamRng, usize, &mut [T]) + Sync,
 {
     out.par_chunks_mut(SAMPLE_CHUNK)
         .enumerate()
-        .for_each(|(c, chunk)| {
+        .try_for_each(|(c, chunk)| {
+            crate::interrupt::check()?;
             let mut rng = stream(key, c as u64);
             fill_chunk(&mut rng, c * SAMPLE_CHUNK, chunk);
-        });
+            Ok(())
+        })
 }
 
 /// `size` exact uniform draws from `[0, n)`, in parallel and reproducible.
@@ -174,7 +177,7 @@ pub fn sample_uniform(key: &Key, n: u64, size: usize) -> Result<Vec<u64>> {
         for v in chunk.iter_mut() {
             *v = uniform_below(rng, n);
         }
-    });
+    })?;
     Ok(out)
 }
 
@@ -186,7 +189,7 @@ pub fn sample_bernoulli(key: &Key, p: f64, size: usize) -> Result<Vec<bool>> {
         for v in chunk.iter_mut() {
             *v = threshold.sample(rng);
         }
-    });
+    })?;
     Ok(out)
 }
 

@@ -2,7 +2,7 @@
 //! generates the methods they share (through the core's `Estimator` trait); index-valued
 //! and bit-vector mechanisms differ only in how reports are privatized and aggregated.
 
-use super::{key_from, run, slice, to_py};
+use super::{key_from, run, run_long, slice, to_py};
 use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -50,7 +50,7 @@ fn privatize_as<'py, M: IndexMechanism, R: ReportInt + numpy::Element>(
     key: &crate::rng::Key,
     values: &[u32],
 ) -> PyResult<Bound<'py, PyAny>> {
-    let reports = run(py, || {
+    let reports = run_long(py, values.len() as u64, || {
         let mut out = crate::memory::zeroed_vec::<R>(values.len(), "the reports")?;
         mechanisms::privatize(mechanism, key, values, &mut out)?;
         Ok(out)
@@ -84,10 +84,11 @@ fn aggregate_typed<R: ReportInt + numpy::Element>(
         Ok(r) => r,
         Err(e) => return Some(Err(PyTypeError::new_err(e.to_string()))),
     };
-    Some(
-        slice(&readonly, "reports")
-            .and_then(|r| run(py, || mechanisms::aggregate(r, counts, drop_invalid))),
-    )
+    Some(slice(&readonly, "reports").and_then(|r| {
+        run_long(py, r.len() as u64, || {
+            mechanisms::aggregate(r, counts, drop_invalid)
+        })
+    }))
 }
 
 /// Histogram of reports (any unsigned dtype) added to `counts`.
@@ -118,7 +119,8 @@ fn privatize_bits<'py, M: BitMechanism>(
     values: &[u32],
 ) -> PyResult<Bound<'py, PyAny>> {
     let width = mechanisms::row_bytes(mechanism.bits());
-    let rows = run(py, || {
+    let units = (values.len() as u64).saturating_mul(8 * width as u64);
+    let rows = run_long(py, units, || {
         let total = values.len().checked_mul(width).ok_or_else(|| {
             crate::error::Error::Memory("the reports do not fit in memory".into())
         })?;
@@ -151,7 +153,7 @@ fn aggregate_bits<M: BitMechanism>(
         )));
     }
     let reports = slice(&reports, "reports")?;
-    run(py, || {
+    run_long(py, reports.len() as u64, || {
         mechanisms::aggregate_bits(mechanism, reports, counts, drop_invalid)
     })
 }
@@ -226,7 +228,11 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<u64>>> {
                 let true_counts = slice(&true_counts, "true_counts")?;
                 let key = key_from(key).map_err(to_py)?;
-                Ok(run(py, || self.inner.simulate_counts(&key, true_counts))?.into_pyarray(py))
+                let units = (true_counts.len() as u64)
+                    .saturating_add(self.inner.statistic_size())
+                    .saturating_mul(64);
+                Ok(run_long(py, units, || self.inner.checked_simulate(&key, true_counts))?
+                    .into_pyarray(py))
             }
 
             fn estimate_raw<'py>(
@@ -237,7 +243,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let counts = slice(&counts, "counts")?;
                 check_length(counts.len(), self.inner.statistic_size())?;
-                Ok(run(py, || Ok(Estimator::estimate_raw(&self.inner, counts, n)))?.into_pyarray(py))
+                Ok(run(py, || self.inner.checked_estimate_raw(counts, n))?.into_pyarray(py))
             }
 
             fn estimate_from_frequencies<'py>(
@@ -247,7 +253,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let freq = slice(&freq, "freq")?;
                 check_length(freq.len(), self.inner.statistic_size())?;
-                Ok(run(py, || Ok(Estimator::estimate_from_frequencies(&self.inner, freq)))?
+                Ok(run(py, || self.inner.checked_estimate_from_frequencies(freq))?
                     .into_pyarray(py))
             }
 
@@ -258,7 +264,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let dist = slice(&dist, "dist")?;
                 check_length(dist.len(), self.inner.domain_size())?;
-                Ok(run(py, || Ok(Estimator::expected_frequencies(&self.inner, dist)))?
+                Ok(run(py, || self.inner.checked_expected_frequencies(dist))?
                     .into_pyarray(py))
             }
 
@@ -269,7 +275,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let w = slice(&w, "w")?;
                 check_length(w.len(), self.inner.statistic_size())?;
-                Ok(run(py, || Ok(Estimator::channel_apply(&self.inner, w)))?.into_pyarray(py))
+                Ok(run(py, || self.inner.checked_channel_apply(w))?.into_pyarray(py))
             }
 
             #[pyo3(signature = (max_entries=None))]

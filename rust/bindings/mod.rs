@@ -10,12 +10,17 @@ mod kernels;
 mod mechanisms;
 
 use crate::error::Error;
+use crate::interrupt;
 use crate::rng::{self, Key};
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyKeyboardInterrupt, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 create_exception!(
     _core,
@@ -30,6 +35,7 @@ pub(crate) fn to_py(err: Error) -> PyErr {
         Error::Type(m) => PyTypeError::new_err(m),
         Error::Memory(m) => PyMemoryError::new_err(m),
         Error::Runtime(m) => PyRuntimeError::new_err(m),
+        Error::Interrupted => PyKeyboardInterrupt::new_err("interrupted"),
     }
 }
 
@@ -41,19 +47,75 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "unknown panic".into())
 }
 
-/// Run `work` without the GIL; errors and panics become Python exceptions.
+type Caught<T> = std::thread::Result<Result<T, Error>>;
+
+fn finish<T>(outcome: Caught<T>, pending: Option<PyErr>) -> PyResult<T> {
+    match outcome {
+        Err(payload) => Err(InternalError::new_err(format!(
+            "internal error in ldpdist (please report): {}",
+            panic_message(payload)
+        ))),
+        Ok(Err(Error::Interrupted)) => Err(pending.unwrap_or_else(|| to_py(Error::Interrupted))),
+        Ok(Err(e)) => Err(to_py(e)),
+        Ok(Ok(value)) => Ok(value),
+    }
+}
+
+/// Run short `work` without the GIL; errors and panics become Python exceptions.
 pub(crate) fn run<T: Send>(
     py: Python<'_>,
     work: impl FnOnce() -> Result<T, Error> + Send,
 ) -> PyResult<T> {
-    py.detach(|| catch_unwind(AssertUnwindSafe(work)))
-        .map_err(|p| {
-            InternalError::new_err(format!(
-                "internal error in ldpdist (please report): {}",
-                panic_message(p)
-            ))
-        })?
-        .map_err(to_py)
+    finish(py.detach(|| catch_unwind(AssertUnwindSafe(work))), None)
+}
+
+/// Elementary operations above which [`run_long`] watches for Ctrl-C (a few milliseconds of
+/// work; below it the helper thread would cost more than it could save).
+const LONG_WORK: u64 = 1 << 22;
+
+/// Long calls running now; the interruption flag is cleared when the last one ends.
+static LONG_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// Run `work` (about `units` elementary operations) without the GIL on a helper thread while
+/// this thread checks for signals every 50 ms: a signal handler that raises (Ctrl-C's
+/// `KeyboardInterrupt`) requests an interruption (`crate::interrupt`), the work stops at its
+/// next check, and the handler's exception is raised here. Signals reach Python only on the
+/// main thread, so this is what makes Ctrl-C work while Rust computes.
+pub(crate) fn run_long<T: Send>(
+    py: Python<'_>,
+    units: u64,
+    work: impl FnOnce() -> Result<T, Error> + Send,
+) -> PyResult<T> {
+    if units < LONG_WORK {
+        return run(py, work);
+    }
+    let mut pending: Option<PyErr> = None;
+    let outcome = py.detach(|| {
+        LONG_CALLS.fetch_add(1, Ordering::SeqCst);
+        let waiter = std::thread::current();
+        let outcome = std::thread::scope(|scope| {
+            let worker = scope.spawn(move || {
+                let outcome = catch_unwind(AssertUnwindSafe(work));
+                waiter.unpark();
+                outcome
+            });
+            while !worker.is_finished() {
+                std::thread::park_timeout(Duration::from_millis(50));
+                if pending.is_none() && !worker.is_finished() {
+                    if let Err(err) = Python::attach(|py| py.check_signals()) {
+                        pending = Some(err);
+                        interrupt::request();
+                    }
+                }
+            }
+            worker.join().unwrap_or_else(Err)
+        });
+        if LONG_CALLS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            interrupt::clear();
+        }
+        outcome
+    });
+    finish(outcome, pending)
 }
 
 pub(crate) fn slice<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
@@ -89,10 +151,65 @@ pub(crate) fn key_from(seed: Option<&[u8]>) -> Result<Key, Error> {
     }
 }
 
+/// Set (`limit` bytes) or remove (`None`) the explicit memory limit (`crate::memory`).
+#[pyfunction]
+#[pyo3(signature = (limit))]
+fn set_memory_limit(limit: Option<u64>) {
+    crate::memory::set_limit(limit);
+}
+
+/// `(bytes, source)`: the budget a large request gets now, and where it comes from.
+#[pyfunction]
+fn memory_budget() -> PyResult<(u64, String)> {
+    let budget = crate::memory::current_budget().map_err(to_py)?;
+    Ok((budget.bytes, budget.source))
+}
+
+/// Check an operation's buffers (`[(part, bytes)]`) against the budget: `MemoryError` when
+/// they do not fit. The Python layer declares its own large arrays through this.
+#[pyfunction]
+#[pyo3(signature = (what, parts, hint=None))]
+fn check_memory(what: &str, parts: Vec<(String, u64)>, hint: Option<String>) -> PyResult<()> {
+    let mut footprint = crate::memory::Footprint::new(what);
+    for (part, bytes) in parts {
+        footprint = footprint.add(part, bytes, 1);
+    }
+    if let Some(hint) = hint {
+        footprint = footprint.hint(hint);
+    }
+    footprint.check().map_err(to_py)
+}
+
+/// The shared rule on realized privacy (`mechanisms::check_realized`).
+#[pyfunction]
+fn check_realized(name: &str, epsilon: f64, realized: f64) -> PyResult<()> {
+    crate::mechanisms::check_realized(name, epsilon, realized).map_err(to_py)
+}
+
+/// Sleep in interruptible slices for `seconds` (tests of Ctrl-C handling).
+#[pyfunction]
+fn _interruptible_sleep_for_tests(py: Python<'_>, seconds: f64) -> PyResult<()> {
+    run_long(py, u64::MAX, || {
+        let end = std::time::Instant::now() + Duration::from_secs_f64(seconds.max(0.0));
+        while std::time::Instant::now() < end {
+            interrupt::check()?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    })
+}
+
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InternalError", m.py().get_type::<InternalError>())?;
     m.add("SAMPLE_CHUNK", rng::SAMPLE_CHUNK)?;
+    m.add("MAX_EPSILON", crate::mechanisms::MAX_EPSILON)?;
+    m.add("REALIZED_TOLERANCE", crate::mechanisms::REALIZED_TOLERANCE)?;
+    m.add_function(wrap_pyfunction!(set_memory_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(check_memory, m)?)?;
+    m.add_function(wrap_pyfunction!(check_realized, m)?)?;
+    m.add_function(wrap_pyfunction!(_interruptible_sleep_for_tests, m)?)?;
     kernels::register(m)?;
     mechanisms::register(m)?;
     Ok(())

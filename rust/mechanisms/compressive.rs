@@ -542,6 +542,11 @@ impl CompressivePrivatization {
     pub fn epsilon(&self) -> f64 {
         self.epsilon
     }
+
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+        super::vector_footprint("CompressivePrivatization", op, self.k, self.m as u64)
+    }
     /// ε' of the channel formula (= ε unless calibrated).
     pub fn internal_epsilon(&self) -> f64 {
         self.internal_epsilon
@@ -666,10 +671,11 @@ impl IndexMechanism for CompressivePrivatization {
     }
     /// Large batches (at least k values: a server or a simulation) build the matrix once;
     /// smaller ones generate each user's column on its own, as a client does.
-    fn prepare(&self, batch: usize) {
+    fn prepare(&self, batch: usize) -> Result<()> {
         if batch as u64 >= self.k {
             self.matrix();
         }
+        Ok(())
     }
 
     #[inline]

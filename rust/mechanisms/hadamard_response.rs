@@ -98,6 +98,17 @@ impl HadamardResponse {
         self.epsilon
     }
 
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`): the
+    /// estimate also holds the integer block transforms (two vectors of K).
+    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+        let outputs = self.blocks * self.b;
+        let f = super::vector_footprint("HadamardResponse", op, self.k, outputs);
+        match op {
+            super::Operation::Estimate => f.add("block transforms", 2 * outputs, 8),
+            _ => f,
+        }
+    }
+
     /// `(B, b, K)`: the block count of the construction (a power of two), outputs per block,
     /// and outputs kept (`⌈k/(b−1)⌉·b`).
     pub fn shape(&self) -> (u64, u64, u64) {

@@ -20,17 +20,64 @@ pub mod subset_selection;
 pub mod unary_encoding;
 
 use crate::error::{Error, Result};
+use crate::memory::Footprint;
 use crate::rng::{par_fill_chunks, stream, Key, StreamRng, SAMPLE_CHUNK};
 use rayon::prelude::*;
 
 /// Largest supported domain: values travel as u32.
 pub const MAX_DOMAIN: u64 = 1 << 32;
 
-/// ε must be finite and positive.
+/// Largest ε accepted: `e^ε` must stay finite with room for the channels' arithmetic
+/// (`e^700` ≈ 1e304; `e^709.8` overflows double precision).
+pub const MAX_EPSILON: f64 = 700.0;
+
+/// Largest relative shortfall of the realized ε below the requested one
+/// ([`check_realized`]): beyond it, double precision cannot represent the channel asked for.
+pub const REALIZED_TOLERANCE: f64 = 1e-3;
+
+/// ε must be a finite number in `(0, MAX_EPSILON]`.
 pub fn check_epsilon(epsilon: f64) -> Result<()> {
     if !(epsilon.is_finite() && epsilon > 0.0) {
         return Err(Error::Value(format!(
-            "epsilon must be a finite number > 0, got {epsilon}"
+            "epsilon must be a finite number > 0, got {epsilon:?}"
+        )));
+    }
+    if epsilon > MAX_EPSILON {
+        return Err(Error::Value(format!(
+            "epsilon = {epsilon:?} is too large: e^epsilon overflows double precision; the \
+             largest accepted is {MAX_EPSILON:?} (and above about 30 most mechanisms add no \
+             noise that double precision can represent)"
+        )));
+    }
+    Ok(())
+}
+
+/// The shared rule on the guarantee a mechanism's channel realizes in double precision:
+/// never above ε, and not below it by more than [`REALIZED_TOLERANCE`] (relative). A very
+/// small ε rounds the channel's probabilities to equal values (no information, an estimator
+/// that divides by zero); a very large one saturates them (no noise left to represent). Both
+/// are refused here with the realized value, instead of silently estimating from a channel
+/// other than the one asked for.
+pub fn check_realized(name: &str, epsilon: f64, realized: f64) -> Result<()> {
+    if !(realized <= epsilon) {
+        return Err(Error::Value(format!(
+            "{name} with epsilon = {epsilon:?} would realize epsilon' = {realized:?}, above the \
+             request; refused"
+        )));
+    }
+    let shortfall = (epsilon - realized) / epsilon;
+    if !(realized > 0.0 && shortfall <= REALIZED_TOLERANCE) {
+        let advice = if epsilon < 1.0 {
+            "too small: the channel's probabilities round to (nearly) equal values; use a \
+             larger epsilon"
+        } else {
+            "too large: the channel's probabilities saturate; use a smaller epsilon"
+        };
+        return Err(Error::Value(format!(
+            "epsilon = {epsilon:?} cannot be represented by {name} in double precision: its \
+             channel would realize only epsilon' = {realized:?} (more than {:?}% below the \
+             request); epsilon is {advice}",
+            REALIZED_TOLERANCE * 100.0
         )));
     }
     Ok(())
@@ -106,8 +153,10 @@ pub trait IndexMechanism: Sync {
     /// One report for value `x < k`, drawing randomness from `rng` only.
     fn sample(&self, rng: &mut StreamRng, x: u64) -> u64;
     /// Called before a batch of `batch` reports (e.g. to build a cache worth its cost only
-    /// for large batches). Must not change the reports.
-    fn prepare(&self, _batch: usize) {}
+    /// for large batches; it allocates through the memory guard). Must not change the reports.
+    fn prepare(&self, _batch: usize) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The first value `≥ k`, as an error naming its position.
@@ -133,13 +182,12 @@ pub fn privatize<M: IndexMechanism, R: ReportInt>(
 ) -> Result<()> {
     assert_eq!(values.len(), out.len(), "one report per value");
     check_values(values, mechanism.domain())?;
-    mechanism.prepare(values.len());
+    mechanism.prepare(values.len())?;
     par_fill_chunks(key, out, |rng, first, chunk| {
         for (o, &x) in chunk.iter_mut().zip(&values[first..]) {
             *o = R::from_u64(mechanism.sample(rng, x as u64));
         }
-    });
-    Ok(())
+    })
 }
 
 /// What [`aggregate`] found.
@@ -226,7 +274,7 @@ pub fn simulate<M: IndexMechanism>(
     }
     let size = mechanism.output_size() as usize;
     crate::memory::check_fits(size, 8, "the report histogram")?;
-    mechanism.prepare(usize::MAX);
+    mechanism.prepare(usize::MAX)?;
     // Cumulative user counts: user u holds the value x with starts[x] ≤ u < starts[x + 1].
     let mut starts = Vec::with_capacity(true_counts.len() + 1);
     let mut total = 0u64;
@@ -453,10 +501,55 @@ impl SymmetricEstimator {
     }
 }
 
+/// Server-side operations whose buffers the memory guard checks before they run
+/// ([`Estimator::footprint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// One unbiased estimate (`estimate_raw` or `estimate_from_frequencies`).
+    Estimate,
+    /// One channel product (`expected_frequencies` or `channel_apply`).
+    ChannelProduct,
+    /// `simulate_counts` for `users` users in all.
+    Simulate { users: u64 },
+}
+
+impl Operation {
+    /// A name for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Operation::Estimate => "estimate",
+            Operation::ChannelProduct => "channel product",
+            Operation::Simulate { .. } => "simulate",
+        }
+    }
+}
+
+/// The footprint of a mechanism whose server-side operations use only vectors of its domain
+/// size k and statistic size S (plus O(1)): each operation's input copy, output and
+/// temporaries, as counted by `rust/tests/memory_footprint.rs` (which checks every
+/// mechanism's declaration against the bytes actually allocated).
+pub fn vector_footprint(name: &str, op: Operation, k: u64, statistic: u64) -> Footprint {
+    let f = Footprint::new(format!("{name} {}", op.name()));
+    match op {
+        Operation::Estimate => f
+            .add("report frequencies", statistic, 8)
+            .add("the estimate", k, 8),
+        Operation::ChannelProduct => {
+            f.add("work vectors", 2 * statistic.max(k), 8)
+                .add("the result", statistic.max(k), 8)
+        }
+        Operation::Simulate { .. } => f.add("the report counts", statistic, 8),
+    }
+}
+
 /// The server-side interface every mechanism shares: its guarantee, the unbiased estimator,
 /// the channel products used by the iterative Bayesian update, and exact simulation. The
 /// aggregate ("statistic") is the report histogram for index mechanisms and the per-bit
 /// counts for bit-vector mechanisms.
+///
+/// Memory: [`Estimator::footprint`] declares the bytes each operation allocates; callers
+/// check it against the budget (`crate::memory`) before running the operation, and the
+/// `checked_*` methods do exactly that.
 pub trait Estimator: Sync {
     fn epsilon(&self) -> f64;
     /// Max log-ratio of the channel actually used (≤ ε).
@@ -481,6 +574,48 @@ pub trait Estimator: Sync {
     fn channel_apply(&self, w: &[f64]) -> Vec<f64>;
     /// The aggregate of privatizing `true_counts[x]` users of each value x, exact in law.
     fn simulate_counts(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>>;
+    /// The buffers `op` allocates (outputs included), for the memory guard.
+    fn footprint(&self, op: Operation) -> Footprint;
+
+    /// [`Estimator::estimate_raw`] after the memory guard.
+    fn checked_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
+        self.footprint(Operation::Estimate).check()?;
+        Ok(self.estimate_raw(counts, n))
+    }
+    /// [`Estimator::estimate_from_frequencies`] after the memory guard.
+    fn checked_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
+        self.footprint(Operation::Estimate).check()?;
+        Ok(self.estimate_from_frequencies(freq))
+    }
+    /// [`Estimator::expected_frequencies`] after the memory guard.
+    fn checked_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
+        self.footprint(Operation::ChannelProduct).check()?;
+        Ok(self.expected_frequencies(dist))
+    }
+    /// [`Estimator::channel_apply`] after the memory guard.
+    fn checked_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
+        self.footprint(Operation::ChannelProduct).check()?;
+        Ok(self.channel_apply(w))
+    }
+    /// [`Estimator::simulate_counts`] after the memory guard; the total number of users
+    /// must fit in u64.
+    fn checked_simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
+        let users = total_users(true_counts)?;
+        self.footprint(Operation::Simulate { users }).check()?;
+        self.simulate_counts(key, true_counts)
+    }
+}
+
+/// `Σ true_counts`, refused when it does not fit in u64 (the aggregate's counts are u64).
+pub fn total_users(true_counts: &[u64]) -> Result<u64> {
+    true_counts
+        .iter()
+        .try_fold(0u64, |total, &c| total.checked_add(c))
+        .ok_or_else(|| {
+            Error::Value(
+                "true_counts sum to 2^64 users or more; the aggregate counts are 64-bit".into(),
+            )
+        })
 }
 
 /// Implement [`Estimator`] by delegating to a mechanism's inherent methods; `$inner`
@@ -516,6 +651,9 @@ macro_rules! impl_estimator {
         fn realized_epsilon(&$this) -> f64 { $inner.realized_epsilon() }
         fn probabilities(&$this) -> (f64, f64) { $inner.probabilities() }
         fn channel_row(&$this, x: u64, row: &mut [f64]) { $inner.channel_row(x, row) }
+        fn footprint(&$this, op: $crate::mechanisms::Operation) -> $crate::memory::Footprint {
+            $inner.footprint(op)
+        }
         $crate::mechanisms::impl_estimator!(@linear $linear $this => $inner);
     };
     (index $t:ty) => {

@@ -70,6 +70,11 @@ impl RandomizedResponse {
         self.epsilon
     }
 
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+        super::vector_footprint("RandomizedResponse", op, self.k, self.k)
+    }
+
     /// `(p, q)`: probability of reporting the true value, and of each other value.
     pub fn probabilities(&self) -> (f64, f64) {
         (self.p, self.q)

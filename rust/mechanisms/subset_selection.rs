@@ -170,6 +170,11 @@ impl SubsetSelection {
         self.epsilon
     }
 
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+        super::vector_footprint("SubsetSelection", op, self.k, self.k)
+    }
+
     /// d: the number of items in every report.
     pub fn subset_size(&self) -> u64 {
         self.d
@@ -721,8 +726,9 @@ mod tests {
         assert_eq!(SubsetSelection::new(1000, 0.5).unwrap().subset_size(), 378); // 377.5
         assert_eq!(SubsetSelection::new(2, 0.1).unwrap().subset_size(), 1);
         assert_eq!(SubsetSelection::new(100, 30.0).unwrap().subset_size(), 1);
-        assert_eq!(SubsetSelection::new(100, 800.0).unwrap().subset_size(), 1);
-        assert!(SubsetSelection::new(100, 800.0).unwrap().realized_epsilon() <= 800.0);
+        assert_eq!(SubsetSelection::new(100, 700.0).unwrap().subset_size(), 1);
+        assert!(SubsetSelection::new(100, 700.0).unwrap().realized_epsilon() <= 700.0);
+        assert!(SubsetSelection::new(100, 800.0).is_err());
     }
 
     #[test]

@@ -173,6 +173,11 @@ impl UnaryEncoding {
         self.epsilon
     }
 
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+        super::vector_footprint("unary encoding", op, self.k, self.k)
+    }
+
     /// `(a, b)`: `P(bit x = 1 | x)` and `P(bit j = 1 | x)` for `j ≠ x`, as realized.
     pub fn probabilities(&self) -> (f64, f64) {
         (self.a, self.b)
@@ -517,7 +522,11 @@ mod tests {
             assert!(r <= eps && eps - r < 1e-12, "OUE eps {eps}: {r}");
         }
         // Very large ε: capped, never above.
-        for eps in [50.0, 80.0, 800.0, 1e300] {
+        for eps in [800.0, 1e300] {
+            assert!(OptimizedUnaryEncoding::new(4, eps).is_err());
+            assert!(Rappor::new(4, eps).is_err());
+        }
+        for eps in [50.0, 80.0, 700.0] {
             for (name, m) in both(4, eps) {
                 let r = m.realized_epsilon();
                 assert!(

@@ -1,0 +1,54 @@
+//! Cooperative interruption of long computations.
+//!
+//! Long loops (privatize, aggregate, simulate, matrix builds, OMP) call [`check`] between
+//! chunks of bounded work (at most a few milliseconds each); once [`request`] has been called
+//! it returns [`Error::Interrupted`] and the computation unwinds through its `Result`s, leaving
+//! its outputs untouched (every operation that mutates a caller's buffer validates and
+//! computes first, and writes last). The Python bindings request an interruption when the
+//! interpreter receives SIGINT (Ctrl-C) during a call and clear it when no call is running;
+//! a pure-Rust caller can wire its own signal handling to [`request`] and [`clear`].
+
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Ask every running computation to stop at its next check.
+pub fn request() {
+    REQUESTED.store(true, Ordering::Relaxed);
+}
+
+/// Withdraw a request (computations started afterwards run normally).
+pub fn clear() {
+    REQUESTED.store(false, Ordering::Relaxed);
+}
+
+/// Whether an interruption has been requested.
+pub fn requested() -> bool {
+    REQUESTED.load(Ordering::Relaxed)
+}
+
+/// `Err(Error::Interrupted)` once an interruption has been requested.
+#[inline]
+pub fn check() -> Result<()> {
+    if requested() {
+        Err(Error::Interrupted)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_reports_a_request_until_cleared() {
+        // The flag is global: this is the only unit test that sets it.
+        assert!(check().is_ok());
+        request();
+        assert_eq!(check(), Err(Error::Interrupted));
+        clear();
+        assert!(check().is_ok());
+    }
+}
