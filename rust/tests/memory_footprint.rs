@@ -1,0 +1,156 @@
+//! Every mechanism's declared footprints (`Estimator::footprint`, what the memory guard
+//! checks before an operation runs) cover the bytes the operation really allocates.
+//!
+//! A counting global allocator records the peak of live heap bytes; each operation runs
+//! once to warm up (thread pools, thread-locals), then again with the peak reset, and the
+//! growth of the peak over the bytes live before the call must not exceed the declaration.
+//! One test function, so no other test allocates meanwhile.
+
+use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Regime};
+use ldpdist::mechanisms::hadamard_response::HadamardResponse;
+use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
+use ldpdist::mechanisms::randomized_response::RandomizedResponse;
+use ldpdist::mechanisms::subset_selection::SubsetSelection;
+use ldpdist::mechanisms::unary_encoding::{OptimizedUnaryEncoding, Rappor};
+use ldpdist::mechanisms::{Estimator, Operation};
+use ldpdist::rng::key_from_u64;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+            PEAK.fetch_max(live, Ordering::SeqCst);
+        }
+        p
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
+            PEAK.fetch_max(live, Ordering::SeqCst);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(p, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+    }
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let q = unsafe { System.realloc(p, layout, new_size) };
+        if !q.is_null() {
+            if new_size >= layout.size() {
+                let grow = new_size - layout.size();
+                let live = LIVE.fetch_add(grow, Ordering::SeqCst) + grow;
+                PEAK.fetch_max(live, Ordering::SeqCst);
+            } else {
+                LIVE.fetch_sub(layout.size() - new_size, Ordering::SeqCst);
+            }
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Bytes allocated at the peak of `f` beyond those live before it (after a warm-up run).
+fn peak_growth<T>(mut f: impl FnMut() -> T) -> usize {
+    drop(f());
+    let before = LIVE.load(Ordering::SeqCst);
+    PEAK.store(before, Ordering::SeqCst);
+    let out = f();
+    let peak = PEAK.load(Ordering::SeqCst);
+    drop(out);
+    peak - before
+}
+
+/// Allowance for what is not sized by the mechanism (rayon's job bookkeeping, small vectors).
+const SLACK: usize = 64 << 10;
+
+/// Every under-declared operation of `mech`, as a message.
+fn check<E: Estimator>(name: &str, mech: &E, users: u64) -> Vec<String> {
+    let k = mech.domain_size() as usize;
+    let size = mech.statistic_size() as usize;
+    let counts: Vec<u64> = (0..size as u64).map(|i| 1 + i % 7).collect();
+    let n: u64 = counts.iter().sum::<u64>().max(1);
+    let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
+    let dist = vec![1.0 / k as f64; k];
+    let true_counts = vec![users / k as u64; k];
+    let key = key_from_u64(3);
+    let cases: Vec<(Operation, &str, usize)> = vec![
+        (
+            Operation::Estimate,
+            "estimate_raw",
+            peak_growth(|| mech.estimate_raw(&counts, n)),
+        ),
+        (
+            Operation::Estimate,
+            "estimate_from_frequencies",
+            peak_growth(|| mech.estimate_from_frequencies(&freq)),
+        ),
+        (
+            Operation::ChannelProduct,
+            "expected_frequencies",
+            peak_growth(|| mech.expected_frequencies(&dist)),
+        ),
+        (
+            Operation::ChannelProduct,
+            "channel_apply",
+            peak_growth(|| mech.channel_apply(&freq)),
+        ),
+        (
+            Operation::Simulate { users },
+            "simulate_counts",
+            peak_growth(|| mech.simulate_counts(&key, &true_counts).unwrap()),
+        ),
+    ];
+    cases
+        .into_iter()
+        .filter_map(|(op, what, used)| {
+            let declared = mech.footprint(op).bytes() as usize;
+            (used > declared + SLACK).then(|| {
+                format!(
+                    "{name}: {what} allocated {used} bytes at its peak, but its footprint \
+                     declares {declared} (k = {k}, statistic size {size})"
+                )
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn declared_footprints_cover_the_allocations() {
+    let key = key_from_u64(7);
+    let mut failures = Vec::new();
+    for k in [1000u64, 1 << 16] {
+        let users = 4 * k;
+        let rr = RandomizedResponse::new(k, 1.0).unwrap();
+        failures.extend(check("RandomizedResponse", &rr, users));
+        for blocks in [None, Some(1)] {
+            let hr = HadamardResponse::with_blocks(k, 2.0, blocks).unwrap();
+            failures.extend(check("HadamardResponse", &hr, users));
+        }
+        let rappor = Rappor::new(k, 1.0).unwrap();
+        failures.extend(check("RAPPOR", &rappor, users));
+        let oue = OptimizedUnaryEncoding::new(k, 1.0).unwrap();
+        failures.extend(check("OptimizedUnaryEncoding", &oue, users));
+        let ss = SubsetSelection::new(k, 1.0).unwrap();
+        failures.extend(check("SubsetSelection", &ss, users));
+        let olh = OptimizedLocalHashing::new(k, 1.0).unwrap();
+        failures.extend(check("OptimizedLocalHashing", &olh, users));
+        for kind in [MatrixKind::Balanced, MatrixKind::Rademacher] {
+            let cp =
+                CompressivePrivatization::new(k, 0.5, 64, key, kind, Regime::Auto, true).unwrap();
+            failures.extend(check("CompressivePrivatization", &cp, users));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
