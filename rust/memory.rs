@@ -282,7 +282,7 @@ impl Footprint {
 
 /// Refuse `count` items of `item_bytes` bytes, named `what`, beyond the budget.
 pub fn check_fits(count: usize, item_bytes: usize, what: &str) -> Result<()> {
-    Footprint::new(what)
+    Footprint::new(format!("allocating {what}"))
         .add(what.to_string(), count as u128, item_bytes)
         .check()
 }

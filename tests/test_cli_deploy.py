@@ -1,9 +1,14 @@
-"""The file-based deployment commands: ldpdist spec / privatize / aggregate / estimate."""
+"""The file-based deployment commands: ldpdist spec / privatize / aggregate / estimate.
+
+Every user error is one stderr line and exit status 2; every success prints one stderr line.
+The mix-ups the integrity rules exist for are in tests/test_integrity.py."""
 
 from __future__ import annotations
 
 import importlib
 import json
+import os
+import stat
 import subprocess
 import sys
 import types
@@ -172,42 +177,49 @@ def test_flow_matches_api(tmp_path, capsys, spec_argv, estimate_argv, api_kwargs
     np.save(tmp_path / "v1.npy", values1)
     (tmp_path / "v2.csv").write_text("\n".join(map(str, values2)) + "\n")
 
-    ok(capsys, "privatize", "--spec", spec, tmp_path / "v1.npy", "--seed", 11, "-o", tmp_path / "r1.npy")
-    ok(capsys, "privatize", "--spec", spec, tmp_path / "v2.csv", "--seed", 12, "-o", tmp_path / "r2.npy")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v1.npy", "--seed", 11, "-o", tmp_path / "r1.ldpr")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v2.csv", "--seed", 12, "-o", tmp_path / "r2.ldpr")
     reports1 = mech.privatize(values1, seed=11)
     reports2 = mech.privatize(values2, seed=12)
-    for path, expected in ((tmp_path / "r1.npy", reports1), (tmp_path / "r2.npy", reports2)):
-        got = np.load(path, allow_pickle=False)
+    batches = []
+    for path, expected in ((tmp_path / "r1.ldpr", reports1), (tmp_path / "r2.ldpr", reports2)):
+        batch = ldpdist.read_reports(path, expect=mech)
+        assert batch.fingerprint == mech.fingerprint and batch.spec == mech.to_dict()
+        got = batch.reports
         assert got.dtype == expected.dtype and got.shape == expected.shape
         assert np.array_equal(got, expected)
+        batches.append(batch)
     if mech.report_kind == "bits":
         assert reports1.ndim == 2 and reports1.dtype == np.uint8
     else:
         assert reports1.ndim == 1
 
-    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.npy", "-o", tmp_path / "a.bin")
-    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r2.npy", "-o", tmp_path / "b.bin")
-    ok(capsys, "aggregate", "--spec", spec, tmp_path / "a.bin", tmp_path / "b.bin",
-       "-o", tmp_path / "all.bin")
-    ok(capsys, "estimate", "--spec", spec, tmp_path / "all.bin", *estimate_argv,
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.ldpr", "-o", tmp_path / "a.ldps")
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r2.ldpr", "-o", tmp_path / "b.ldps")
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "a.ldps", tmp_path / "b.ldps",
+       "-o", tmp_path / "all.ldps")
+    ok(capsys, "estimate", "--spec", spec, tmp_path / "all.ldps", *estimate_argv,
        "-o", tmp_path / "estimate.csv")
 
-    api = mech.aggregator().add(reports1)
-    api.merge(mech.aggregator().add(reports2))
-    assert (tmp_path / "all.bin").read_bytes() == api.to_bytes()
+    api = mech.aggregator().add(batches[0])
+    api.merge(mech.aggregator().add(batches[1]))
+    state = ldpdist.Aggregator.from_bytes((tmp_path / "all.ldps").read_bytes())
+    assert np.array_equal(state.counts, api.counts) and state.n == api.n == 5000
+    assert state.batches == api.batches == {b.batch_id for b in batches}
     expected = api.estimate(**api_kwargs)
     got = read_estimate(tmp_path / "estimate.csv", k)
     assert np.array_equal(got, expected)
+    assert np.array_equal(expected, mech.aggregator().add(reports1).add(reports2).estimate(**api_kwargs))
 
     # Same answer from one aggregate of both report files, and from stdout.
-    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.npy", tmp_path / "r2.npy",
-       "-o", tmp_path / "one.bin")
-    assert (tmp_path / "one.bin").read_bytes() == api.to_bytes()
-    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "one.bin", *estimate_argv)
+    ok(capsys, "aggregate", "--spec", spec, tmp_path / "r1.ldpr", tmp_path / "r2.ldpr",
+       "-o", tmp_path / "one.ldps")
+    assert (tmp_path / "one.ldps").read_bytes() == api.to_bytes()
+    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "one.ldps", *estimate_argv)
     assert np.array_equal(read_estimate(out, k), expected)
 
     # Estimating straight from a reports file equals the API's estimate of those reports.
-    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "r1.npy", *estimate_argv)
+    out, _ = ok(capsys, "estimate", "--spec", spec, tmp_path / "r1.ldpr", *estimate_argv)
     assert np.array_equal(read_estimate(out, k), mech.estimate(reports1, **api_kwargs))
 
 
@@ -215,55 +227,150 @@ def test_values_formats_give_identical_reports(tmp_path, capsys):
     spec = make_spec(tmp_path, capsys, "hr", "--k", 20, "--epsilon", 1)
     values = np.random.default_rng(1).integers(0, 20, size=101)
     np.save(tmp_path / "v.npy", values.astype(np.uint16))
-    (tmp_path / "v.txt").write_text(
-        "\n\n".join(map(str, values)) + "\n\n   \n")  # blank lines are ignored
-    rows = [values[i:i + 7] for i in range(0, values.size, 7)]
-    (tmp_path / "v.csv").write_text(
-        "\r\n".join(", ".join(map(str, row)) if j % 2 else " ".join(map(str, row)) + " ,"
-                    for j, row in enumerate(rows)) + "\r\n")
+    # One integer per line; blank lines and surrounding spaces are ignored; CRLF and a BOM too.
+    (tmp_path / "v.txt").write_text("\n\n".join(map(str, values)) + "\n\n   \n")
+    (tmp_path / "v.csv").write_bytes(
+        ("\ufeff" + "\r\n".join(f"  {v} " for v in values) + "\r\n").encode())
     outputs = []
     for name in ("v.npy", "v.txt", "v.csv"):
-        out = tmp_path / (name + ".reports.npy")
+        out = tmp_path / (name + ".ldpr")
         ok(capsys, "privatize", "--spec", spec, tmp_path / name, "--seed", 99, "-o", out)
-        outputs.append(out.read_bytes())
-    assert outputs[0] == outputs[1] == outputs[2]
+        outputs.append(ldpdist.read_reports(out).reports)
+    assert np.array_equal(outputs[0], outputs[1]) and np.array_equal(outputs[0], outputs[2])
     mech = ldpdist.from_dict(json.loads(spec.read_text()))
-    assert np.array_equal(np.load(tmp_path / "v.npy.reports.npy"), mech.privatize(values, seed=99))
+    assert np.array_equal(outputs[0], mech.privatize(values, seed=99))
 
 
 def test_privatize_without_seed(tmp_path, capsys):
     spec = make_spec(tmp_path, capsys, "rappor", "--k", 10, "--epsilon", 1)
-    (tmp_path / "v.txt").write_text("1 2 3\n4\n")
-    ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "r.npy")
-    reports = np.load(tmp_path / "r.npy")
-    assert reports.shape == (4, 2) and reports.dtype == np.uint8
+    (tmp_path / "v.txt").write_text("1\n2\n3\n4\n")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "r.ldpr")
+    ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "s.ldpr")
+    first, second = (ldpdist.read_reports(tmp_path / n) for n in ("r.ldpr", "s.ldpr"))
+    assert first.reports.shape == (4, 2) and first.reports.dtype == np.uint8
+    assert first.batch_id != second.batch_id  # two runs are two batches, never duplicates
 
 
-# -- --on-invalid drop ------------------------------------------------------------------------
+# -- --on-invalid drop and --raw-reports ------------------------------------------------------
 
 
-def test_on_invalid_drop(tmp_path, capsys):
+def test_on_invalid_drop_with_raw_reports(tmp_path, capsys):
     spec = make_spec(tmp_path, capsys, "hr", "--k", 10, "--epsilon", 1)
     mech = ldpdist.from_dict(json.loads(spec.read_text()))
     reports = mech.privatize(np.arange(10).repeat(10), seed=1).astype(np.int64)
     reports[[3, 50, 77]] = [-1, mech.output_size, 10**9]
     np.save(tmp_path / "r.npy", reports)
 
-    fails(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "-o", tmp_path / "a.bin",
-                 match="--on-invalid drop")
-    assert not (tmp_path / "a.bin").exists()
+    fails(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "-o", tmp_path / "a.ldps",
+          match="pass --raw-reports")
+    fails(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "--raw-reports",
+          "-o", tmp_path / "a.ldps", match="--on-invalid drop")
+    assert not (tmp_path / "a.ldps").exists()
 
-    out, err = ok(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "--on-invalid", "drop",
-                  "-o", tmp_path / "a.bin")
-    assert len(err.splitlines()) == 1 and "dropped 3 " in err
-    state = ldpdist.Aggregator.from_bytes((tmp_path / "a.bin").read_bytes())
+    out, err = ok(capsys, "aggregate", "--spec", spec, tmp_path / "r.npy", "--raw-reports",
+                  "--on-invalid", "drop", "-o", tmp_path / "a.ldps")
+    assert len(err.splitlines()) == 1 and "n = 97 reports" in err and "3 invalid" in err
+    state = ldpdist.Aggregator.from_bytes((tmp_path / "a.ldps").read_bytes())
     assert state.n == 97 and state.dropped == 3
+    assert state.batch_labels() == {ldpdist.reports.raw_batch_id((tmp_path / "r.npy").read_bytes()): "r.npy"}
     expected = mech.aggregator().add(np.delete(reports, [3, 50, 77]).astype(np.uint32))
     assert np.array_equal(state.counts, expected.counts)
 
-    out, err = ok(capsys, "estimate", "--spec", spec, tmp_path / "r.npy", "--on-invalid", "drop")
-    assert "dropped 3 " in err
+    out, err = ok(capsys, "estimate", "--spec", spec, tmp_path / "r.npy", "--raw-reports",
+                  "--on-invalid", "drop")
+    assert "3 invalid" in err and len(err.splitlines()) == 1
     assert np.array_equal(read_estimate(out, 10), expected.estimate())
+
+
+# -- what a careless operator does ------------------------------------------------------------
+
+
+def test_values_files_hold_one_integer_per_line(tmp_path, capsys):
+    spec = make_spec(tmp_path, capsys, "hr", "--k", 20, "--epsilon", 1)
+    cases = {
+        "two.csv": ("1,2\n3,4\n", "line 1: '1,2' holds 2 fields"),
+        "semi.csv": ("1;2\n", "line 1: '1;2' holds 2 fields"),
+        "spaces.txt": ("1 2 3\n4\n", "line 1: '1 2 3' holds 3 fields"),
+        "tabs.tsv": ("1\t2\n", "holds 2 fields"),
+        "trailing.csv": ("1,\n", "line 1: '1,' is not an integer"),
+        "header.csv": ("value\n1\n", "line 1: 'value' is not an integer"),
+        "float.csv": ("1\n2.5\n", "line 2: '2.5' is not an integer"),
+        "empty.txt": ("", "holds no values"),
+        "blank.txt": ("\n  \n\n", "holds no values"),
+    }
+    for name, (text, match) in cases.items():
+        (tmp_path / name).write_text(text)
+        fails(capsys, "privatize", "--spec", spec, tmp_path / name, "-o", tmp_path / "r.ldpr",
+              match=match)
+    np.save(tmp_path / "empty.npy", np.array([], dtype=np.int64))
+    fails(capsys, "privatize", "--spec", spec, tmp_path / "empty.npy", "-o", tmp_path / "r.ldpr",
+          match="holds no values")
+    assert not (tmp_path / "r.ldpr").exists()
+
+
+def test_dash_is_standard_output_for_text_and_refused_for_binary(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out, err = ok(capsys, "spec", "hr", "--k", 8, "--epsilon", 1, "-o", "-")
+    assert json.loads(out)["k"] == 8 and "standard output" in err
+    (tmp_path / "spec.json").write_text(out)
+    (tmp_path / "v.txt").write_text("1\n2\n")
+    fails(capsys, "privatize", "--spec", "spec.json", "v.txt", "-o", "-", match="standard output")
+    ok(capsys, "privatize", "--spec", "spec.json", "v.txt", "-o", "r.ldpr")
+    fails(capsys, "aggregate", "--spec", "spec.json", "r.ldpr", "-o", "-", match="standard output")
+    out, err = ok(capsys, "estimate", "--spec", "spec.json", "r.ldpr", "-o", "-")
+    assert read_estimate(out, 8).shape == (8,)
+    assert not (tmp_path / "-").exists()
+
+
+def test_outputs_have_ordinary_permissions(tmp_path, capsys):
+    old = os.umask(0o022)
+    try:
+        spec = make_spec(tmp_path, capsys, "hr", "--k", 8, "--epsilon", 1)
+        (tmp_path / "v.txt").write_text("1\n")
+        ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "r.ldpr")
+        ok(capsys, "aggregate", "--spec", spec, tmp_path / "r.ldpr", "-o", tmp_path / "a.ldps")
+        ok(capsys, "estimate", "--spec", spec, tmp_path / "a.ldps", "-o", tmp_path / "e.csv")
+        for name in ("spec.json", "r.ldpr", "a.ldps", "e.csv"):
+            assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644, name
+        os.umask(0o077)
+        make_spec(tmp_path, capsys, "hr", "--k", 8, "--epsilon", 1, name="private.json")
+        assert stat.S_IMODE(os.stat(tmp_path / "private.json").st_mode) == 0o600
+    finally:
+        os.umask(old)
+
+
+def test_every_success_prints_one_line(tmp_path, capsys):
+    spec = tmp_path / "spec.json"
+    _, err = ok(capsys, "spec", "ss", "--k", 10, "--epsilon", 1, "-o", spec)
+    assert err.count("\n") == 1 and "SubsetSelection" in err and "fingerprint" in err
+    (tmp_path / "v.txt").write_text("1\n2\n3\n")
+    _, err = ok(capsys, "privatize", "--spec", spec, tmp_path / "v.txt", "-o", tmp_path / "r.ldpr")
+    assert err.count("\n") == 1 and "wrote 3 reports" in err and "r.ldpr" in err
+    _, err = ok(capsys, "aggregate", "--spec", spec, tmp_path / "r.ldpr", "-o", tmp_path / "a.ldps")
+    assert err.count("\n") == 1 and "n = 3 reports in 1 batch" in err
+    _, err = ok(capsys, "estimate", "--spec", spec, tmp_path / "a.ldps", "-o", tmp_path / "e.csv")
+    assert err.count("\n") == 1 and "n = 3 reports" in err and "e.csv" in err
+
+
+def test_help_texts(capsys):
+    parser = cli.build_parser()
+    for command, option, needle in (("estimate", "--decoder", "simplex"),
+                                     ("simulate", "--out", "default ldpdist-results"),
+                                     ("aggregate", "--raw-reports", "another system")):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert option in text and needle in text, (command, text)
+
+
+def test_simulate_refuses_options_of_other_mechanisms(tmp_path, capsys):
+    if not HAVE_EXPERIMENTS:
+        pytest.skip("ldpdist.experiments is not available")
+    common = ["--dist", "unif:3", "--k", 16, "--epsilon", 1, "--n", 100, "--runs", 1,
+              "--out", tmp_path]
+    fails(capsys, "simulate", "--mechanism", "hr", "--m", 50, *common, match="--m applies only to cp")
+    fails(capsys, "simulate", "--mechanism", "rr", "--sparsity", 2, *common,
+          match="--sparsity applies only to cp")
 
 
 # -- errors: exit 2 and one line --------------------------------------------------------------
@@ -279,137 +386,134 @@ def setup(tmp_path, capsys):
     (tmp_path / "v.txt").write_text("1\n2\n3\n19\n")
     for name in ("hr", "hr2", "rappor"):
         ok(capsys, "privatize", "--spec", getattr(d, name), tmp_path / "v.txt", "--seed", 1,
-           "-o", tmp_path / f"{name}.npy")
-        ok(capsys, "aggregate", "--spec", getattr(d, name), tmp_path / f"{name}.npy",
-           "-o", tmp_path / f"{name}.bin")
+           "-o", tmp_path / f"{name}.ldpr")
+        ok(capsys, "aggregate", "--spec", getattr(d, name), tmp_path / f"{name}.ldpr",
+           "-o", tmp_path / f"{name}.ldps")
     return d
 
 
 def test_error_missing_files(setup, capsys):
     d = setup
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "nope.csv", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "nope.csv", "-o", d.path / "r.ldpr",
           match="does not exist")
-    fails(capsys, "privatize", "--spec", d.path / "nope.json", d.path / "v.txt", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.path / "nope.json", d.path / "v.txt", "-o", d.path / "r.ldpr",
           match="does not exist")
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.npy", d.path / "nope.npy",
-          "-o", d.path / "x.bin", match="does not exist")
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "nope.bin", match="does not exist")
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.npy", "-o", d.path / "no" / "x.bin",
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.ldpr", d.path / "nope.ldpr",
+          "-o", d.path / "x.ldps", match="does not exist")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "nope.ldps", match="does not exist")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.ldpr", "-o", d.path / "no" / "x.ldps",
           match="does not exist")
-    assert not (d.path / "r.npy").exists() and not (d.path / "x.bin").exists()
+    assert not (d.path / "r.ldpr").exists() and not (d.path / "x.ldps").exists()
 
 
 def test_error_bad_values(setup, capsys):
     d = setup
     np.save(d.path / "f.npy", np.array([1.0, 2.0]))
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "f.npy", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "f.npy", "-o", d.path / "r.ldpr",
           match="dtype float64")
     np.save(d.path / "o.npy", np.array([1, 20, 3]))
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.npy", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.npy", "-o", d.path / "r.ldpr",
           match="values[1]")
-    (d.path / "o.txt").write_text("1\n\n2, -1\n")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.txt", "-o", d.path / "r.npy",
-          match="line 3, item 2")
-    (d.path / "f.csv").write_text("1\n2.5\n")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "f.csv", "-o", d.path / "r.npy",
-          match="line 2, item 1: '2.5' is not an integer")
-    (d.path / "h.csv").write_text("value\n1\n")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "h.csv", "-o", d.path / "r.npy",
-          match="line 1")
+    (d.path / "o.txt").write_text("1\n\n2\n-1\n")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "o.txt", "-o", d.path / "r.ldpr",
+          match="the first is -1 at line 4")
     (d.path / "big.txt").write_text("1\n" + "9" * 30 + "\n")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "big.txt", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "big.txt", "-o", d.path / "r.ldpr",
           match="line 2")
     np.save(d.path / "2d.npy", np.array([[1, 2]]))
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "r.ldpr",
           match="1-D")
     (d.path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "bad.npy", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "bad.npy", "-o", d.path / "r.ldpr",
           match="not a readable .npy")
     np.save(d.path / "obj.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "obj.npy", "-o", d.path / "r.npy",
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "obj.npy", "-o", d.path / "r.ldpr",
           match="not a readable .npy")
     (d.path / "bin.txt").write_bytes(b"\xff\xfe\x00")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "bin.txt", "-o", d.path / "r.npy")
-    fails(capsys, "privatize", "--spec", d.hr, d.path / "v.txt", "--seed", -1, "-o", d.path / "r.npy")
-    assert not (d.path / "r.npy").exists()
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "bin.txt", "-o", d.path / "r.ldpr")
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "v.txt", "--seed", -1, "-o", d.path / "r.ldpr")
+    assert not (d.path / "r.ldpr").exists()
 
 
 def test_error_bad_specs(setup, capsys):
     d = setup
     spec = json.loads(d.hr.read_text())
     (d.path / "neg.json").write_text(json.dumps({**spec, "epsilon": -1.0}))
-    for command, argv in (("privatize", [d.path / "v.txt", "-o", d.path / "r.npy"]),
-                          ("aggregate", [d.path / "hr.npy", "-o", d.path / "x.bin"]),
-                          ("estimate", [d.path / "hr.bin"])):
+    for command, argv in (("privatize", [d.path / "v.txt", "-o", d.path / "r.ldpr"]),
+                          ("aggregate", [d.path / "hr.ldpr", "-o", d.path / "x.ldps"]),
+                          ("estimate", [d.path / "hr.ldps"])):
         fails(capsys, command, "--spec", d.path / "neg.json", *argv, match="epsilon must be > 0")
     (d.path / "broken.json").write_text("{\"mechanism\": ")
-    fails(capsys, "estimate", "--spec", d.path / "broken.json", d.path / "hr.bin",
+    fails(capsys, "estimate", "--spec", d.path / "broken.json", d.path / "hr.ldps",
           match="not valid JSON")
+    (d.path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    fails(capsys, "estimate", "--spec", d.path / "deep.json", d.path / "hr.ldps",
+          match="nests JSON deeper")
     (d.path / "unknown.json").write_text(json.dumps({**spec, "mechanism": "Nope"}))
-    fails(capsys, "estimate", "--spec", d.path / "unknown.json", d.path / "hr.bin",
+    fails(capsys, "estimate", "--spec", d.path / "unknown.json", d.path / "hr.ldps",
           match="unknown mechanism")
     (d.path / "list.json").write_text("[1, 2]")
-    fails(capsys, "estimate", "--spec", d.path / "list.json", d.path / "hr.bin")
+    fails(capsys, "estimate", "--spec", d.path / "list.json", d.path / "hr.ldps")
     (d.path / "extra.json").write_text(json.dumps({**spec, "bogus": 1}))
-    fails(capsys, "estimate", "--spec", d.path / "extra.json", d.path / "hr.bin", match="bogus")
+    fails(capsys, "estimate", "--spec", d.path / "extra.json", d.path / "hr.ldps", match="bogus")
+    (d.path / "huge.json").write_text(json.dumps({**spec, "blocks": 2**64}))
+    fails(capsys, "estimate", "--spec", d.path / "huge.json", d.path / "hr.ldps", match="blocks")
 
 
 def test_error_states(setup, capsys):
     d = setup
-    blob = (d.path / "hr.bin").read_bytes()
-    corrupt = {"truncated.bin": blob[:-5], "header.bin": blob[:20],
-               "counts.bin": blob[:-8] + (10**6).to_bytes(8, "little")}
+    blob = (d.path / "hr.ldps").read_bytes()
+    corrupt = {"truncated.ldps": blob[:-5], "header.ldps": blob[:20],
+               "counts.ldps": blob[:-40] + (10**6).to_bytes(8, "little") + blob[-32:]}
     for name, data in corrupt.items():
         (d.path / name).write_bytes(data)
         fails(capsys, "estimate", "--spec", d.hr, d.path / name, match="is corrupt")
-        fails(capsys, "aggregate", "--spec", d.hr, d.path / name, "-o", d.path / "x.bin",
+        fails(capsys, "aggregate", "--spec", d.hr, d.path / name, "-o", d.path / "x.ldps",
               match="is corrupt")
     (d.path / "junk.bin").write_bytes(b"hello world")
     fails(capsys, "estimate", "--spec", d.hr, d.path / "junk.bin", match="neither")
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr2.bin",
-                 match="was aggregated for HadamardResponse(k=20, epsilon=2.0), "
-                       "not HadamardResponse(k=20, epsilon=1.0)")
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.bin", d.path / "rappor.bin",
-          "-o", d.path / "x.bin", match="was aggregated for RAPPOR")
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.bin", d.path / "hr.bin",
-          "-o", d.path / "x.bin", match="given twice")
-    assert not (d.path / "x.bin").exists()
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr2.ldps",
+          match="was aggregated for HadamardResponse(k=20, epsilon=2.0), "
+                "not HadamardResponse(k=20, epsilon=1.0)")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.ldps", d.path / "rappor.ldps",
+          "-o", d.path / "x.ldps", match="was aggregated for RAPPOR")
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "hr.ldps", d.path / "hr.ldps",
+          "-o", d.path / "x.ldps", match="given twice")
+    assert not (d.path / "x.ldps").exists()
 
 
 def test_error_reports(setup, capsys):
     d = setup
-    # A spec of another mechanism used with reports, both ways.
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "rappor.npy", "-o", d.path / "x.bin",
-          match="1-D unsigned integer arrays")
-    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "hr.npy", "-o", d.path / "x.bin",
-          match="2-D uint8 arrays of shape (n, 3)")
-    fails(capsys, "estimate", "--spec", d.rappor, d.path / "hr.npy", match="do not fit")
-    # 2-D rows for an index mechanism, float reports, out-of-range reports.
-    np.save(d.path / "2d.npy", np.zeros((4, 2), dtype=np.uint32))
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "x.bin",
-          match="shape (4, 2)")
-    np.save(d.path / "f.npy", np.zeros(4))
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "f.npy", "-o", d.path / "x.bin",
-          match="dtype float64")
+    # Reports files of another spec, every way round.
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "rappor.ldpr", "-o", d.path / "x.ldps",
+          match="holds reports of RAPPOR")
+    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "hr.ldpr", "-o", d.path / "x.ldps",
+          match="holds reports of HadamardResponse")
+    fails(capsys, "estimate", "--spec", d.hr2, d.path / "hr.ldpr", match="epsilon: 1.0 vs 2.0")
+    # Raw arrays that do not fit (with --raw-reports).
+    for name, array, match in (
+            ("2d.npy", np.zeros((4, 2), dtype=np.uint32), "shape (4, 2)"),
+            ("f.npy", np.zeros(4), "dtype float64"),
+            ("big.npy", np.array([1, 2, 10**6]), "reports[2] = 1000000")):
+        np.save(d.path / name, array)
+        fails(capsys, "aggregate", "--spec", d.hr, d.path / name, "--raw-reports",
+              "-o", d.path / "x.ldps", match=match)
     np.save(d.path / "wide.npy", np.zeros((4, 5), dtype=np.uint8))
-    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "wide.npy", "-o", d.path / "x.bin",
-          match="shape (4, 5)")
-    np.save(d.path / "big.npy", np.array([1, 2, 10**6]))
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "big.npy", "-o", d.path / "x.bin",
-          match="reports[2] = 1000000")
-    (d.path / "cut.npy").write_bytes((d.path / "hr.npy").read_bytes()[:-3])
-    fails(capsys, "aggregate", "--spec", d.hr, d.path / "cut.npy", "-o", d.path / "x.bin",
-          match="not a readable .npy")
-    assert not (d.path / "x.bin").exists()
+    fails(capsys, "aggregate", "--spec", d.rappor, d.path / "wide.npy", "--raw-reports",
+          "-o", d.path / "x.ldps", match="shape (4, 5)")
+    (d.path / "cut.ldpr").write_bytes((d.path / "hr.ldpr").read_bytes()[:-3])
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "cut.ldpr", "-o", d.path / "x.ldps",
+          match="truncated")
+    assert not (d.path / "x.ldps").exists()
 
 
 def test_error_estimate_options(setup, capsys):
     d = setup
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--model", "paper",
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--model", "paper",
           match="--model applies only")
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--decoder", "sparse_project")
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.bin", "--decoder", "sparse_project",
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--decoder", "sparse_project")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--decoder", "sparse_project",
           "--sparsity", 0)
     empty = ldpdist.from_dict(json.loads(d.hr.read_text())).aggregator().to_bytes()
-    (d.path / "empty.bin").write_bytes(empty)
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "empty.bin", match="no reports")
+    (d.path / "empty.ldps").write_bytes(empty)
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "empty.ldps", match="no reports")

@@ -57,9 +57,13 @@ def test_output_size_is_capped_at_large_epsilon():
     assert (mech.g, mech.t, mech.output_size) == (251, 2, 251**3)
     assert mech.output_size <= 2**24
     assert 0 < mech.realized_epsilon <= 8.0
-    for eps, g in [(1.0, 3), (4.0, 53), (6.0, 251), (20.0, 251), (100.0, 251)]:
+    for eps, g in [(1.0, 3), (4.0, 53), (6.0, 251), (20.0, 251), (30.0, 251)]:
         assert OptimizedLocalHashing(k, eps).g == g
         assert OptimizedLocalHashing(k, eps).output_size <= 2**24
+    # Beyond about 35, g-ary randomized response saturates in double precision: refused by
+    # the shared rule on the realized epsilon instead of silently realizing ~40.
+    with pytest.raises(ValueError, match="cannot be represented"):
+        OptimizedLocalHashing(k, 100.0)
     rng = np.random.default_rng(8)
     p = np.zeros(k)
     p[rng.choice(k, 50, replace=False)] = 0.9 ** np.arange(50)
@@ -172,7 +176,7 @@ def test_spec_round_trip_keeps_the_seed():
     back = ldpdist.Aggregator.from_bytes(agg.to_bytes())
     assert back.mechanism == mech and back.n == 300
     np.testing.assert_array_equal(back.counts, agg.counts)
-    with pytest.raises(ValueError, match="different mechanisms"):
+    with pytest.raises(ValueError, match="made under"):
         other.aggregator().merge(agg)
 
 

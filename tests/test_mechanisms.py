@@ -292,7 +292,7 @@ def test_merged_shards_equal_one_aggregator_and_bytes_round_trip(cls):
     again = ldpdist.Aggregator.from_bytes(whole.to_bytes())
     assert again.mechanism == mech and again.n == whole.n
     np.testing.assert_array_equal(again.counts, whole.counts)
-    with pytest.raises(ValueError, match="different mechanisms"):
+    with pytest.raises(ValueError, match="made under"):
         whole.merge(make(cls, 30, 2.0).aggregator())
     blob = whole.to_bytes()
     for corrupt in (b"XXXX" + blob[4:], blob[:-8], blob[:20]):
@@ -418,5 +418,5 @@ def test_requests_too_large_for_memory_fail_before_allocating(cls):
         # Packed reports take k/8 bytes per user: 10^6 users at k = 2^40 need 1.4 * 10^17
         # bytes; refused before anything is allocated.
         wide = make(cls, 2**32, 1.0)
-        with pytest.raises(MemoryError, match="bytes"):
+        with pytest.raises(MemoryError, match="needs .* more than the memory budget"):
             wide.privatize(np.zeros(1_000_000, dtype=np.uint32))

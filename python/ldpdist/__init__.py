@@ -17,10 +17,20 @@ ldpdist.mechanisms
     The mechanisms, their aggregator and ``from_dict``.
 ldpdist.decoders
     raw / normalize / project / sparse_project / ibu.
+ldpdist.reports
+    Reports files that carry their spec's fingerprint and a batch id.
+ldpdist.specs
+    Spec fingerprints, the mechanism registry and ``from_dict``.
+ldpdist.memory
+    The memory budget every large allocation is checked against.
+ldpdist.errors
+    Exception classes.
 """
 
-from ._core import InternalError
-from . import decoders, kernels, mechanisms
+from . import decoders, errors, kernels, mechanisms, memory, reports, specs
+from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
+from .memory import memory_limit, set_memory_limit
+from .reports import ReportBatch, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
     CompressivePrivatization,
@@ -38,6 +48,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Aggregator",
+    "DuplicateBatchError",
+    "IntegrityError",
+    "ReportBatch",
+    "SpecMismatchError",
+    "errors",
+    "memory",
+    "memory_limit",
+    "read_reports",
+    "reports",
+    "set_memory_limit",
+    "specs",
+    "write_reports",
     "CompressivePrivatization",
     "HadamardResponse",
     "InternalError",

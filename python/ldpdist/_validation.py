@@ -95,3 +95,20 @@ def seed_key(seed: Any, name: str = "seed") -> Optional[bytes]:
         return None
     seed = integer(seed, name, minimum=0, maximum=2 ** (8 * _KEY_BYTES) - 1)
     return seed.to_bytes(_KEY_BYTES, "little")
+
+
+U64_MAX = 2**64 - 1
+
+
+def exact_sum_u64(array: np.ndarray) -> int:
+    """The exact sum of a uint64 array as a Python int (numpy's uint64 sum wraps).
+
+    Sums the high and low 32-bit halves separately: each partial sum fits in uint64 for
+    arrays of fewer than 2**32 entries.
+    """
+    array = np.asarray(array, dtype=np.uint64)
+    if array.size >= 2**32:  # pragma: no cover - larger than any statistic
+        return int(sum(int(v) for v in array))
+    high = int((array >> np.uint64(32)).sum(dtype=np.uint64))
+    low = int((array & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+    return (high << 32) + low

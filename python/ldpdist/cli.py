@@ -12,9 +12,7 @@ import argparse
 import sys
 from typing import List, Optional
 
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
+from .errors import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +36,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("ldpdist: interrupted", file=sys.stderr)
         return 130
-    except (CliError, ValueError, TypeError, OSError, MemoryError, KeyError, RuntimeError) as exc:
+    except (CliError, ValueError, TypeError, OSError, MemoryError, KeyError, RuntimeError,
+            OverflowError) as exc:
         message = str(exc) or type(exc).__name__
         if isinstance(exc, KeyError):
             message = f"missing key {message}"

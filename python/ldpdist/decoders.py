@@ -23,15 +23,32 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, List, NamedTuple, Optional
+from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
 
-from . import kernels
+from . import kernels, memory
 from ._validation import integer, real
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .mechanisms.base import Mechanism
+try:  # typing.Protocol is 3.8+; the annotations below are informative only
+    from typing import Protocol
+except ImportError:  # pragma: no cover
+    Protocol = object  # type: ignore
+
+
+class Decodable(Protocol):
+    """What a decoder needs of a mechanism (every :class:`ldpdist.Mechanism` has it)."""
+
+    k: int
+    report_kind: str
+    _core: Any
+
+    def _expected_frequencies(self, p: np.ndarray) -> np.ndarray: ...
+
+    def _channel_apply(self, w: np.ndarray) -> np.ndarray: ...
+
+
+Mechanism = Decodable
 
 DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu")
 
@@ -75,9 +92,19 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
     """
     max_iter = integer(max_iter, "max_iter", minimum=1)
     tol = real(tol, "tol")
-    freq = np.asarray(counts, dtype=np.float64) / float(n)
     k = mechanism.k
+    size = np.asarray(counts).size
+    # About ten work vectors of each size live at once (iterates, expectations, ratios).
+    memory.check("the iterative Bayesian update",
+                 [("work vectors over the values", 80 * k), ("work vectors over the reports",
+                                                             80 * size)])
+    freq = np.asarray(counts, dtype=np.float64) / float(n)
     p = np.full(k, 1.0 / k) if start is None else np.array(start, dtype=np.float64)
+    if not (freq > 0).any():
+        # Nothing observed (e.g. bit-vector reports with every bit 0): the likelihood does
+        # not depend on p (the expected total of a symmetric mechanism is constant), so every
+        # distribution is a maximizer; return the starting point, a valid distribution.
+        return IbuResult(p / p.sum(), 0, True, [])
     column_mass = mechanism._channel_apply(np.ones(freq.size))
     observed = freq > 0
     multinomial = mechanism.report_kind == "index"
@@ -130,7 +157,10 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
             converged = True
             break
     total = p.sum()
-    return IbuResult(p / total if total > 0 else p, iterations, converged, history)
+    if not (np.isfinite(total) and total > 0):
+        raise ValueError("the iterative Bayesian update lost all probability mass (the counts "
+                         "are inconsistent with the mechanism's channel)")
+    return IbuResult(p / total, iterations, converged, history)
 
 
 def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "project", *,

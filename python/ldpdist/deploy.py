@@ -3,39 +3,51 @@
 A deployment shares one JSON spec (``ldpdist spec``) between clients and server::
 
     ldpdist spec hr --k 1000 --epsilon 1 -o spec.json
-    ldpdist privatize --spec spec.json values.csv -o reports.npy          # each client / batch
-    ldpdist aggregate --spec spec.json shard1.npy shard2.npy -o a.bin    # per shard
-    ldpdist aggregate --spec spec.json a.bin b.bin -o all.bin            # merge shard states
-    ldpdist estimate --spec spec.json all.bin --decoder project -o estimate.csv
+    ldpdist privatize --spec spec.json values.csv -o r1.ldpr             # each client / batch
+    ldpdist aggregate --spec spec.json r1.ldpr r2.ldpr -o a.ldps         # per shard
+    ldpdist aggregate --spec spec.json a.ldps b.ldps -o all.ldps         # merge shard states
+    ldpdist estimate --spec spec.json all.ldps --decoder project -o estimate.csv
 
-Files: values are ``.npy`` integer arrays or text (``.csv``/``.txt``: integers separated by
-commas, whitespace or newlines); reports are ``.npy`` (``np.save`` of
-:meth:`Mechanism.privatize` output: 1-D unsigned integers for index mechanisms, 2-D uint8
-``np.packbits`` rows for bit-vector mechanisms); aggregator states are
-:meth:`Aggregator.to_bytes`. Every user error is one line on stderr and exit status 2.
+Files:
+
+* values: a ``.npy`` 1-D integer array, or text with exactly one integer per line (one
+  column; surrounding spaces and blank lines are ignored; no header, no separators);
+* reports: the reports files of :mod:`ldpdist.reports` (they carry the spec's fingerprint
+  and a batch id); plain ``.npy`` report arrays from other systems are read only with
+  ``--raw-reports``;
+* states: :meth:`Aggregator.to_bytes` (checksummed; they carry the spec and the ids of the
+  batches they hold).
+
+Every input is checked against the spec; a file made under another spec, a corrupt file and
+a batch that would be counted twice are refused. Every command prints one line on stderr
+when it succeeds and, on a user error, one ``error:`` line with exit status 2. ``-o -``
+writes text outputs (spec, estimate) to standard output; binary outputs need a file.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import os
 import pickle
 import re
 import sys
-import tempfile
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .cli import CliError
 from .decoders import DECODERS
-from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization, from_dict
-from .mechanisms.aggregator import _MAGIC as STATE_MAGIC
+from .errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
+from .files import write_atomic
+from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization
+from .mechanisms.aggregator import _MAGIC as STATE_MAGIC, _OLD_MAGICS as OLD_STATE_MAGICS
 from .mechanisms.base import Mechanism
 from .mechanisms.compressive import MATRIX_KINDS, MODELS, REGIMES
+from .reports import REPORTS_MAGIC, raw_batch_id, read_reports, write_reports
+from .specs import from_dict, parse_json, registered
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -49,6 +61,7 @@ _SPEC_OPTIONS = {
     "d": ("SubsetSelection",),
 }
 _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed")}
+_STDOUT = "-"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -77,8 +90,13 @@ def _command(func: Callable[[argparse.Namespace], Optional[int]]) -> Callable[[a
     return handler
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: Any) -> str:
     return " ".join(str(text).split())
+
+
+def _done(command: str, message: str) -> None:
+    """The one stderr line a successful command prints."""
+    print(f"ldpdist {command}: {message}", file=sys.stderr)
 
 
 def _read_bytes(path: str, what: str) -> bytes:
@@ -93,46 +111,43 @@ def _read_bytes(path: str, what: str) -> bytes:
         raise CliError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
 
 
-def _write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (a temporary file in the same folder, renamed)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(f"cannot write {path!r}: folder {folder!r} does not exist")
+def _read_head(path: str, what: str, size: int = 16) -> bytes:
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".ldpdist-", dir=folder)
+        with open(path, "rb") as handle:
+            return handle.read(size)
+    except FileNotFoundError:
+        raise CliError(f"{what} {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise CliError(f"{what} {path!r} is a directory") from None
     except OSError as exc:
-        raise CliError(f"cannot write {path!r}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise CliError(f"cannot write {path!r}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
 
 
-def _write_text(path: Optional[str], text: str) -> None:
-    if path is None or path == "-":
+def _write_file(path: str, data: bytes) -> None:
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise CliError(_one_line(exc.strerror or exc)) from None
+
+
+def _binary_output(path: str, command: str) -> str:
+    if path == _STDOUT:
+        raise CliError(f"{command} writes a binary file; '-o -' (standard output) is for text "
+                       "outputs only: give a file name")
+    return path
+
+
+def _write_text(path: Optional[str], text: str) -> str:
+    """Write text to ``path`` (``None`` or ``-``: standard output); returns where it went."""
+    if path is None or path == _STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
-    else:
-        _write_bytes(path, text.encode())
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    import io
-
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+        return "standard output"
+    _write_file(path, text.encode())
+    return repr(path)
 
 
 def _load_npy(data: bytes, path: str, what: str) -> np.ndarray:
-    import io
-
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError, pickle.UnpicklingError, TypeError, MemoryError) as exc:
@@ -146,9 +161,11 @@ def load_spec(path: str) -> Mechanism:
     """The mechanism of a JSON spec file (``ldpdist spec`` output)."""
     data = _read_bytes(path, "spec file")
     try:
-        spec = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CliError(f"spec file {path!r} is not valid JSON: {_one_line(exc)}") from None
+        spec = parse_json(data.decode("utf-8"), f"spec file {path!r}")
+    except UnicodeDecodeError as exc:
+        raise CliError(f"spec file {path!r} is not UTF-8 text: {_one_line(exc)}") from None
+    except ValueError as exc:
+        raise CliError(_one_line(exc)) from None
     try:
         return from_dict(spec)
     except (ValueError, TypeError, OverflowError) as exc:
@@ -157,57 +174,57 @@ def load_spec(path: str) -> Mechanism:
 
 def mechanism_class(name: str) -> str:
     """Class name of a mechanism given by short name or class name (case-insensitive)."""
-    from .mechanisms.base import _REGISTRY
-
     lowered = name.lower()
     if lowered in SHORT_NAMES:
         return SHORT_NAMES[lowered]
-    for cls_name in _REGISTRY:
+    for cls_name in registered():
         if cls_name.lower() == lowered:
             return cls_name
     known = ", ".join(f"{short} ({full})" for short, full in SHORT_NAMES.items())
     raise CliError(f"unknown mechanism {name!r}; known: {known}")
 
 
-_TOKEN = re.compile(r"[+-]?[0-9]+\Z")
-_SEPARATORS = re.compile(r"[,;\s]+")
+_INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
 
-def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[Tuple[int, int]]]:
-    """Integers from text; returns the values and (line, position-in-line) of each."""
+def _bad_line(path: str, line_number: int, line: str) -> CliError:
+    stripped = line.strip()
+    shown = stripped if len(stripped) <= 40 else stripped[:37] + "..."
+    fields = [f for f in re.split(r"[,;\t ]+", stripped) if f]
+    if len(fields) > 1:
+        why = (f"holds {len(fields)} fields; a values file holds one integer per line (one "
+               "column, no separators)")
+    else:
+        why = "is not an integer"
+    return CliError(f"values file {path!r}, line {line_number}: {shown!r} {why}")
+
+
+def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
+    """One integer per non-blank line; returns the values and the line number of each."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CliError(f"values file {path!r} is not UTF-8 text: {_one_line(exc)}") from None
     values: List[int] = []
-    where: List[Tuple[int, int]] = []
+    lines: List[int] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
-        stripped = line.strip()
-        if not stripped:
+        token = line.strip()
+        if not token:
             continue
-        tokens = [token for token in _SEPARATORS.split(stripped) if token]
-        for position, token in enumerate(tokens, start=1):
-            if not _TOKEN.match(token):
-                shown = token if len(token) <= 40 else token[:37] + "..."
-                raise CliError(
-                    f"values file {path!r}, line {line_number}, item {position}: "
-                    f"{shown!r} is not an integer")
-            values.append(int(token))
-            where.append((line_number, position))
-    try:
-        array = np.array(values, dtype=np.int64)
-    except OverflowError:
-        i = next(i for i, v in enumerate(values) if not -2**63 <= v < 2**63)
-        line_number, position = where[i]
-        raise CliError(f"values file {path!r}, line {line_number}, item {position}: "
-                       f"{values[i]} is out of range") from None
-    return array, where
+        if not _INTEGER.match(token):
+            raise _bad_line(path, line_number, line)
+        value = int(token)
+        if not -2**63 <= value < 2**63:
+            raise CliError(f"values file {path!r}, line {line_number}: {value} is out of range")
+        values.append(value)
+        lines.append(line_number)
+    return np.array(values, dtype=np.int64), lines
 
 
 def load_values(path: str, k: int) -> np.ndarray:
-    """User values from a .npy, .csv or .txt file, checked to be integers in [0, k)."""
+    """User values from a .npy or text file, checked to be integers in [0, k); at least one."""
     data = _read_bytes(path, "values file")
-    where: Optional[List[Tuple[int, int]]] = None
+    lines: Optional[List[int]] = None
     if data.startswith(NPY_MAGIC):
         array = _load_npy(data, path, "values file")
         if array.dtype.kind not in "iu":
@@ -219,16 +236,16 @@ def load_values(path: str, k: int) -> np.ndarray:
     elif path.lower().endswith(".npy"):
         raise CliError(f"values file {path!r} is not a readable .npy file (bad magic bytes)")
     else:
-        array, where = _parse_text_values(data, path)
-    if array.size:
-        bad = (array < 0) | (array >= k) if array.dtype.kind == "i" else array >= k
-        if bad.any():
-            i = int(np.argmax(bad))
-            count = int(bad.sum())
-            location = (f"line {where[i][0]}, item {where[i][1]}" if where is not None
-                        else f"values[{i}]")
-            raise CliError(f"values must lie in [0, {k}): {count} in {path!r} do not; the first "
-                           f"is {array[i]} at {location}")
+        array, lines = _parse_text_values(data, path)
+    if array.size == 0:
+        raise CliError(f"values file {path!r} holds no values")
+    bad = (array < 0) | (array >= k) if array.dtype.kind == "i" else array >= k
+    if bad.any():
+        i = int(np.argmax(bad))
+        count = int(bad.sum())
+        location = f"line {lines[i]}" if lines is not None else f"values[{i}]"
+        raise CliError(f"values must lie in [0, {k}): {count} in {path!r} do not; the first "
+                       f"is {array[i]} at {location}")
     return array
 
 
@@ -239,48 +256,69 @@ def _report_format(mech: Mechanism) -> str:
     return "1-D unsigned integer arrays"
 
 
-def check_reports(array: np.ndarray, mech: Mechanism, path: str) -> None:
-    """Shape and dtype of a reports array against the spec's mechanism."""
-    expected = _report_format(mech)
+def check_raw_reports(array: np.ndarray, mech: Mechanism, path: str) -> None:
+    """Shape and dtype of a raw reports array against the spec's mechanism."""
     if mech.report_kind == "bits":
         width = -(-mech.output_size // 8)
         ok = array.dtype == np.uint8 and array.ndim == 2 and array.shape[1] == width
     else:
         ok = array.dtype.kind in "iu" and array.ndim == 1
     if not ok:
-        raise CliError(f"reports in {path!r} (dtype {array.dtype}, shape {array.shape}) do not "
-                       f"fit {mech!r}, whose reports are {expected}; were they produced under "
-                       "another spec?")
+        raise CliError(f"raw reports in {path!r} (dtype {array.dtype}, shape {array.shape}) do "
+                       f"not fit {mech!r}, whose reports are {_report_format(mech)}")
 
 
 def _cli_message(exc: Exception) -> str:
     return _one_line(exc).replace("pass on_invalid='drop'", "pass --on-invalid drop")
 
 
-def load_input(path: str, mech: Mechanism, on_invalid: str = "raise") -> Tuple[Aggregator, str, int]:
-    """An aggregator from a state file or a reports .npy; also its kind ("state" or
-    "reports") and how many reports were dropped while adding."""
-    data = _read_bytes(path, "input file")
-    if data.startswith(STATE_MAGIC):
+def _add(aggregator: Aggregator, reports: Any, path: str, mech: Mechanism, on_invalid: str,
+         **batch: Any) -> None:
+    try:
+        aggregator.add(reports, on_invalid=on_invalid, label=os.path.basename(path), **batch)
+    except (ValueError, TypeError) as exc:
+        raise CliError(f"reports in {path!r} do not fit {mech!r}: {_cli_message(exc)}") from None
+
+
+def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
+               raw_reports: bool = False) -> Tuple[Aggregator, str]:
+    """An aggregator from a state file, a reports file or (with ``raw_reports``) a raw
+    reports .npy; also its kind ("state" or "reports")."""
+    head = _read_head(path, "input file")
+    if head.startswith(STATE_MAGIC) or any(head.startswith(m) for m in OLD_STATE_MAGICS):
         try:
-            state = Aggregator.from_bytes(data)
-        except (ValueError, TypeError, OverflowError) as exc:
+            state = Aggregator.from_bytes(_read_bytes(path, "state file"))
+        except IntegrityError as exc:
             raise CliError(f"state file {path!r} is corrupt: {_one_line(exc)}") from None
-        if state.mechanism != mech:
+        except (ValueError, TypeError) as exc:
+            raise CliError(f"state file {path!r}: {_one_line(exc)}") from None
+        if state.mechanism.fingerprint != mech.fingerprint:
             raise CliError(f"state file {path!r} was aggregated for {state.mechanism!r}, "
                            f"not {mech!r}")
-        return state, "state", 0
-    if data.startswith(NPY_MAGIC):
-        reports = _load_npy(data, path, "reports file")
-        check_reports(reports, mech, path)
-        aggregator = mech.aggregator()
+        return state, "state"
+    aggregator = mech.aggregator()
+    if head.startswith(REPORTS_MAGIC):
         try:
-            aggregator.add(reports, on_invalid=on_invalid)
-        except (ValueError, TypeError) as exc:
-            raise CliError(f"reports in {path!r} do not fit {mech!r}: {_cli_message(exc)}") from None
-        return aggregator, "reports", aggregator.dropped
-    raise CliError(f"{path!r} is neither a reports .npy file nor an ldpdist state file "
-                   "(bad magic bytes)")
+            batch = read_reports(path, expect=mech)
+        except SpecMismatchError as exc:
+            raise CliError(_one_line(exc)) from None
+        except IntegrityError as exc:
+            raise CliError(f"reports file {path!r} is corrupt: {_one_line(exc)}") from None
+        _add(aggregator, batch, path, mech, on_invalid)
+        return aggregator, "reports"
+    if head.startswith(NPY_MAGIC):
+        if not raw_reports:
+            raise CliError(
+                f"{path!r} is a plain .npy array: nothing in it says which spec made it. "
+                "Reports written by 'ldpdist privatize' carry their spec; for reports of this "
+                "spec from another system (e.g. the HR reference code) pass --raw-reports")
+        data = _read_bytes(path, "reports file")
+        reports = _load_npy(data, path, "reports file")
+        check_raw_reports(reports, mech, path)
+        _add(aggregator, reports, path, mech, on_invalid, batch_id=raw_batch_id(data))
+        return aggregator, "reports"
+    raise CliError(f"{path!r} is neither an ldpdist reports file nor a state file "
+                   f"{'nor a .npy array ' if raw_reports else ''}(bad magic bytes)")
 
 
 def _check_distinct(paths: List[str]) -> None:
@@ -290,6 +328,10 @@ def _check_distinct(paths: List[str]) -> None:
         if key in seen:
             raise CliError(f"{path!r} is given twice (as {seen[key]!r}); it would be counted twice")
         seen[key] = path
+
+
+def _dropped_note(dropped: int) -> str:
+    return f", {dropped} invalid report(s) dropped" if dropped else ""
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -314,36 +356,44 @@ def cmd_spec(args: argparse.Namespace) -> int:
         mech = from_dict({"mechanism": name, **kwargs})
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
-    _write_text(args.output, json.dumps(mech.to_dict(), indent=2) + "\n")
+    where = _write_text(args.output, json.dumps(mech.to_dict(), indent=2) + "\n")
+    _done("spec", f"wrote the spec of {mech!r} to {where} (fingerprint {mech.fingerprint[:16]}…)")
     return 0
 
 
 @_command
 def cmd_privatize(args: argparse.Namespace) -> int:
+    output = _binary_output(args.output, "privatize")
     mech = load_spec(args.spec)
     values = load_values(args.values, mech.k)
     try:
         reports = mech.privatize(values, seed=args.seed)
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
-    _write_bytes(args.output, _npy_bytes(reports))
+    try:
+        batch = write_reports(output, mech, reports)
+    except OSError as exc:
+        raise CliError(_one_line(exc.strerror or exc)) from None
+    _done("privatize", f"wrote {len(batch)} reports of {mech!r} to {output!r} "
+                       f"(batch {batch.batch_id[:16]}…)")
     return 0
 
 
 @_command
 def cmd_aggregate(args: argparse.Namespace) -> int:
+    output = _binary_output(args.output, "aggregate")
     mech = load_spec(args.spec)
     _check_distinct(args.inputs)
     total = mech.aggregator()
-    dropped = 0
     for path in args.inputs:
-        part, _kind, part_dropped = load_input(path, mech, args.on_invalid)
-        total.merge(part)
-        dropped += part_dropped
-    _write_bytes(args.output, total.to_bytes())
-    if args.on_invalid == "drop":
-        print(f"ldpdist aggregate: dropped {dropped} invalid report(s); "
-              f"{total.n} report(s) aggregated", file=sys.stderr)
+        part, _kind = load_input(path, mech, args.on_invalid, args.raw_reports)
+        try:
+            total.merge(part)
+        except DuplicateBatchError as exc:
+            raise CliError(f"{path!r}: {_one_line(exc)}") from None
+    _write_file(output, total.to_bytes())
+    _done("aggregate", f"wrote {output!r}: n = {total.n} reports in {len(total.batches)} "
+                       f"batch(es){_dropped_note(total.dropped)}")
     return 0
 
 
@@ -355,16 +405,17 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         if not isinstance(mech, CompressivePrivatization):
             raise CliError(f"--model applies only to CompressivePrivatization, not {mech!r}")
         options["model"] = args.model
-    aggregator, _kind, dropped = load_input(args.input, mech, args.on_invalid)
-    if args.on_invalid == "drop" and _kind == "reports":
-        print(f"ldpdist estimate: dropped {dropped} invalid report(s)", file=sys.stderr)
+    aggregator, kind = load_input(args.input, mech, args.on_invalid, args.raw_reports)
     try:
         estimate = aggregator.estimate(args.decoder, sparsity=args.sparsity, **options)
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
     lines = ["value,probability"]
     lines.extend(f"{value},{float(p)!r}" for value, p in enumerate(estimate))
-    _write_text(args.output, "\n".join(lines) + "\n")
+    where = _write_text(args.output, "\n".join(lines) + "\n")
+    dropped = _dropped_note(aggregator.dropped) if kind == "reports" else ""
+    _done("estimate", f"estimated {mech.k} probabilities from n = {aggregator.n} reports "
+                      f"(decoder {args.decoder}{dropped}); wrote them to {where}")
     return 0
 
 
@@ -374,6 +425,10 @@ def cmd_estimate(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     """Add ``spec``, ``privatize``, ``aggregate`` and ``estimate`` to the ``ldpdist`` parser."""
     names = ", ".join(f"{short}={full}" for short, full in SHORT_NAMES.items())
+    raw_help = ("also accept plain .npy report arrays without an ldpdist header (reports of "
+                "this spec from another system, e.g. the HR reference code); nothing checks "
+                "which spec made them")
+    on_invalid_help = "malformed reports: fail (default) or drop and count them"
 
     p = subparsers.add_parser(
         "spec", help="write a mechanism spec (JSON) shared by clients and server",
@@ -388,27 +443,32 @@ def register(subparsers: Any) -> None:
     p.add_argument("--regime", choices=REGIMES, help="cp: privacy regime")
     p.add_argument("--blocks", type=int, help="hr: number of blocks B")
     p.add_argument("--d", type=int, help="ss: subset size")
-    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="output file (default, or '-': standard output)")
     p.set_defaults(handler=cmd_spec)
 
     p = subparsers.add_parser(
-        "privatize", help="privatize values into reports (.npy)",
-        description="Privatize one value per user. VALUES: .npy integer array, or .csv/.txt "
-                    "with integers separated by commas, whitespace or newlines.")
+        "privatize", help="privatize values into a reports file",
+        description="Privatize one value per user. VALUES: a .npy 1-D integer array, or text "
+                    "with exactly one integer per line (blank lines ignored).")
     p.add_argument("--spec", required=True, metavar="SPEC", help="spec JSON (ldpdist spec)")
-    p.add_argument("values", metavar="VALUES", help="values file (.npy, .csv, .txt)")
+    p.add_argument("values", metavar="VALUES", help="values file (.npy, or one integer per line)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed for reproducible reports (default: OS entropy)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="reports .npy")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="reports file to write (it carries the spec's fingerprint)")
     p.set_defaults(handler=cmd_privatize)
 
     p = subparsers.add_parser(
         "aggregate", help="aggregate reports and/or merge state files",
-        description="Add report files (.npy) and merge state files into one aggregator state.")
+        description="Add reports files and merge state files into one aggregator state. A "
+                    "file of another spec, a corrupt file, or a batch already counted is "
+                    "refused.")
     p.add_argument("--spec", required=True, metavar="SPEC", help="spec JSON (ldpdist spec)")
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="reports .npy or state files")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="reports files or state files")
     p.add_argument("--on-invalid", choices=("raise", "drop"), default="raise",
-                   help="malformed reports: fail (default) or drop and count them")
+                   help=on_invalid_help)
+    p.add_argument("--raw-reports", action="store_true", help=raw_help)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="state file to write")
     p.set_defaults(handler=cmd_aggregate)
 
@@ -416,12 +476,17 @@ def register(subparsers: Any) -> None:
         "estimate", help="estimate the distribution from a state or reports file",
         description="Write the estimate as CSV (value,probability), k rows.")
     p.add_argument("--spec", required=True, metavar="SPEC", help="spec JSON (ldpdist spec)")
-    p.add_argument("input", metavar="INPUT", help="state file or reports .npy")
-    p.add_argument("--decoder", choices=DECODERS, default="project")
+    p.add_argument("input", metavar="INPUT", help="state file or reports file")
+    p.add_argument("--decoder", choices=DECODERS, default="project",
+                   help="raw (unbiased), normalize (clip and rescale), project (onto the "
+                        "simplex; default), sparse_project (needs --sparsity), ibu "
+                        "(maximum likelihood; not for cp)")
     p.add_argument("--sparsity", type=int, default=None,
                    help="support size (sparse_project; OMP atoms for cp)")
     p.add_argument("--model", choices=MODELS, default=None, help="cp: estimation model")
     p.add_argument("--on-invalid", choices=("raise", "drop"), default="raise",
-                   help="for a reports INPUT: fail on malformed reports (default) or drop them")
-    p.add_argument("-o", "--output", metavar="FILE", help="output CSV (default: stdout)")
+                   help="for a reports INPUT: " + on_invalid_help)
+    p.add_argument("--raw-reports", action="store_true", help=raw_help)
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="output CSV (default, or '-': standard output)")
     p.set_defaults(handler=cmd_estimate)

@@ -52,7 +52,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from .cli import CliError
+from .errors import CliError
 from .decoders import DECODERS
 from .mechanisms import SHORT_NAMES
 
@@ -705,6 +705,11 @@ def _simulate(args: argparse.Namespace) -> int:
     jobs = _int(args.jobs, "--jobs")
     seed = _int(args.seed, "--seed", minimum=0)
     m = _int(args.m, "--m", minimum=2) if args.m is not None else None
+    if "cp" not in mechanisms:
+        for option, value in (("--m", args.m), ("--sparsity", args.sparsity)):
+            if value is not None:
+                raise CliError(f"{option} applies only to cp (CompressivePrivatization), which "
+                               "is not among --mechanism")
     if "cp" in mechanisms:
         if m is None:
             raise CliError("cp needs --m (the number of reports, 2 <= m < k)")
@@ -755,13 +760,15 @@ def register(subparsers: Any) -> None:
     sim.add_argument("--m", help="reports of cp (required for cp)")
     sim.add_argument("--sparsity", help="cp's s (default: S of unif:S, else the support "
                      "holding --mass of the probability)")
-    sim.add_argument("--mass", default="0.99", type=str, help="see --sparsity (default 0.99)")
+    sim.add_argument("--mass", default="0.99", type=str,
+                     help="cp: see --sparsity (default 0.99)")
     sim.add_argument("--decoder", default="project",
                      help=f"comma-separated, of {', '.join(ALL_DECODERS)} (default project)")
     sim.add_argument("--metric", default="l1", choices=("l1", "l2", "seconds"),
                      help="plotted quantity (default l1; the CSV has all)")
     sim.add_argument("--seed", default="0", help="master seed (default 0)")
     sim.add_argument("--jobs", default="1", help="worker processes (default 1)")
-    sim.add_argument("--out", default="ldpdist-results", help="output directory")
+    sim.add_argument("--out", default="ldpdist-results",
+                     help="output directory (default ldpdist-results)")
     sim.add_argument("--name", default="simulate", help="file name stem (default simulate)")
     sim.set_defaults(handler=_simulate)

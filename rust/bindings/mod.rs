@@ -158,6 +158,12 @@ fn set_memory_limit(limit: Option<u64>) {
     crate::memory::set_limit(limit);
 }
 
+/// Bytes in a text such as `"2G"` (the grammar of `LDPDIST_MAX_MEMORY`), or `None`.
+#[pyfunction]
+fn parse_byte_count(text: &str) -> Option<u64> {
+    crate::memory::parse_bytes(text)
+}
+
 /// `(bytes, source)`: the budget a large request gets now, and where it comes from.
 #[pyfunction]
 fn memory_budget() -> PyResult<(u64, String)> {
@@ -207,6 +213,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("REALIZED_TOLERANCE", crate::mechanisms::REALIZED_TOLERANCE)?;
     m.add_function(wrap_pyfunction!(set_memory_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_byte_count, m)?)?;
     m.add_function(wrap_pyfunction!(check_memory, m)?)?;
     m.add_function(wrap_pyfunction!(check_realized, m)?)?;
     m.add_function(wrap_pyfunction!(_interruptible_sleep_for_tests, m)?)?;

@@ -1,18 +1,71 @@
-"""Server-side aggregation: mergeable, serializable report counts."""
+"""Server-side aggregation: mergeable, serializable, checked report counts.
+
+An :class:`Aggregator` holds the counts of one mechanism's reports, the number of reports n,
+and the identities of the report batches it has counted. Everything that reaches it is
+checked: reports against the spec (a :class:`~ldpdist.reports.ReportBatch` of another spec
+is refused), batches against those already counted (never twice), arithmetic against
+overflow (counts and n are 64-bit and never wrap), and serialized states against their
+checksum and their own consistency.
+
+State format (:meth:`Aggregator.to_bytes`, integers little-endian):
+
+========  =================================================================================
+bytes     content
+========  =================================================================================
+0–7       magic ``LDPDAGG2``
+8–11      header length H (uint32)
+12…       header: canonical JSON object with ``format`` = ``"ldpdist-state"``,
+          ``version`` = 2, ``mechanism``, ``spec``, ``fingerprint`` (of the spec), ``n``,
+          ``dropped``, ``size`` (number of counts) and ``batches`` (list of
+          ``[batch id, label]`` pairs, sorted by id)
+…         zero bytes up to the next multiple of 8
+…         ``size`` counts (uint64)
+last 32   SHA-256 of every byte before it
+========  =================================================================================
+
+Batch ids: a reports file's id (:mod:`ldpdist.reports`), ``raw-…`` for raw report files, and
+one random id per aggregator for the arrays added to it directly (``label`` says which).
+"""
 
 from __future__ import annotations
 
-import json
+import hashlib
+import os
 import struct
-from typing import TYPE_CHECKING, Any, Optional
+import threading
+from typing import Any, Dict, FrozenSet, Optional, Tuple
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .base import Mechanism
+from .. import memory
+from .._validation import U64_MAX, exact_sum_u64
+from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
+from ..reports import ReportBatch
+from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
+                     spec_summary)
 
-_MAGIC = b"LDPDAGG1"
+_MAGIC = b"LDPDAGG2"
+_OLD_MAGICS = (b"LDPDAGG1",)
+FORMAT_NAME = "ldpdist-state"
+FORMAT_VERSION = 2
+_HEADER_KEYS = {"format", "version", "mechanism", "spec", "fingerprint", "n", "dropped",
+                "size", "batches"}
+_MAX_HEADER = 1 << 30
+_MAX_LABEL = 200
 _ON_INVALID = ("raise", "drop")
+
+
+def check_same_spec(mechanism: Any, other_fingerprint: str, other_spec: Dict[str, Any],
+                    what: str) -> None:
+    """Raise :class:`SpecMismatchError` unless ``other_fingerprint`` is ``mechanism``'s."""
+    if other_fingerprint != mechanism.fingerprint:
+        raise SpecMismatchError(
+            f"{what} was made under {spec_summary(other_spec)}, not {mechanism!r} "
+            f"({spec_difference(other_spec, mechanism.to_dict())})")
+
+
+def _describe(batch_id: str, label: str) -> str:
+    return f"{label!r} (batch id {batch_id[:16]}…)" if label else f"batch id {batch_id}"
 
 
 class Aggregator:
@@ -20,23 +73,37 @@ class Aggregator:
 
     The aggregate is the sufficient statistic: the histogram of reports for index-valued
     mechanisms, per-bit counts for bit-vector mechanisms. Shards aggregated separately and
-    merged give exactly the counts of one aggregator over all reports.
+    merged give exactly the counts of one aggregator over all reports. Every method is
+    thread-safe (one lock per aggregator; the counting itself runs in parallel in Rust).
     """
 
-    def __init__(self, mechanism: "Mechanism"):
+    def __init__(self, mechanism: Any):
+        size = mechanism._statistic_size
+        memory.check(f"the aggregator of {type(mechanism).__name__}",
+                     [("its counts", 8 * size)],
+                     hint="a smaller k (or m) has a smaller aggregate")
         self.mechanism = mechanism
-        self._counts = np.zeros(mechanism._statistic_size, dtype=np.uint64)
+        self._counts = np.zeros(size, dtype=np.uint64)
         self._n = 0
         self._dropped = 0
+        self._batches: Dict[str, str] = {}
+        self._own_batch: Optional[str] = None
+        self._lock = threading.RLock()
 
     @classmethod
-    def _from_counts(cls, mechanism: "Mechanism", counts: np.ndarray, n: int,
-                     dropped: int = 0) -> "Aggregator":
-        aggregator = cls(mechanism)
+    def _from_counts(cls, mechanism: Any, counts: np.ndarray, n: int, dropped: int = 0,
+                     batches: Optional[Dict[str, str]] = None) -> "Aggregator":
+        aggregator = cls.__new__(cls)
+        aggregator.mechanism = mechanism
         aggregator._counts = np.ascontiguousarray(counts, dtype=np.uint64)
         aggregator._n = int(n)
         aggregator._dropped = int(dropped)
+        aggregator._batches = dict(batches or {})
+        aggregator._own_batch = None
+        aggregator._lock = threading.RLock()
         return aggregator
+
+    # -- state -------------------------------------------------------------------------
 
     @property
     def counts(self) -> np.ndarray:
@@ -55,72 +122,234 @@ class Aggregator:
         """Number of malformed reports dropped (``on_invalid="drop"``)."""
         return self._dropped
 
-    def __repr__(self) -> str:
-        return f"Aggregator({self.mechanism!r}, n={self._n}, dropped={self._dropped})"
+    @property
+    def batches(self) -> FrozenSet[str]:
+        """Ids of the report batches counted here (see the module documentation)."""
+        with self._lock:
+            return frozenset(self._batches)
 
-    def add(self, reports: Any, on_invalid: str = "raise") -> "Aggregator":
+    def batch_labels(self) -> Dict[str, str]:
+        """Batch id → label (a file name, ``"in-memory reports"``, ``"simulate"``)."""
+        with self._lock:
+            return dict(self._batches)
+
+    def __repr__(self) -> str:
+        return (f"Aggregator({self.mechanism!r}, n={self._n}, dropped={self._dropped}, "
+                f"batches={len(self._batches)})")
+
+    def __reduce__(self) -> Tuple[Any, Tuple[bytes]]:
+        # Pickling travels through the checked, fingerprinted state format.
+        return (Aggregator.from_bytes, (self.to_bytes(),))
+
+    # -- counting --------------------------------------------------------------------
+
+    def _record_batch(self, batch_id: Optional[str], label: str) -> None:
+        if batch_id is None:
+            if self._own_batch is None:
+                self._own_batch = os.urandom(32).hex()
+                self._batches[self._own_batch] = "in-memory reports"
+            return
+        self._batches[batch_id] = label
+
+    def _refuse_duplicate(self, batch_id: str, label: str) -> None:
+        if batch_id in self._batches:
+            raise DuplicateBatchError(
+                f"{_describe(batch_id, label or self._batches[batch_id])} is already counted "
+                "in this aggregator; counting it again would count its users twice")
+
+    def add(self, reports: Any, on_invalid: str = "raise", *, batch_id: Optional[str] = None,
+            label: str = "") -> "Aggregator":
         """Count a batch of reports; returns ``self``.
 
-        Malformed reports (out of range, negative, wrong shape for bit vectors) raise a
-        ``ValueError`` that says how many there are and where the first is, and leave the
-        aggregator unchanged; with ``on_invalid="drop"`` they are skipped and counted in
-        :attr:`dropped`.
+        Parameters
+        ----------
+        reports : ndarray or ReportBatch
+            Output of :meth:`Mechanism.privatize`, or a batch read with
+            :func:`ldpdist.read_reports` (checked to come from this aggregator's spec).
+        on_invalid : {"raise", "drop"}
+            Malformed reports (out of range, negative, wrong shape for bit vectors) raise a
+            ``ValueError`` that says how many there are and where the first is, and leave
+            the aggregator unchanged; with ``"drop"`` they are skipped and counted in
+            :attr:`dropped`.
+        batch_id : str, optional
+            Identity of this batch, refused if already counted (a :class:`ReportBatch`
+            carries its own). Arrays without one count as this aggregator's own batch.
+        label : str
+            What the batch is (e.g. its file name), for messages; a ReportBatch's own
+            label by default.
         """
         if on_invalid not in _ON_INVALID:
             raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
+        if isinstance(reports, ReportBatch):
+            if batch_id is not None:
+                raise TypeError("a ReportBatch carries its own batch id; do not pass batch_id")
+            check_same_spec(self.mechanism, reports.fingerprint, reports.spec,
+                            f"the report batch {label!r}" if label else "the report batch")
+            batch_id, array = reports.batch_id, reports.reports
+            label = label or reports.label
+        else:
+            array = reports
+            if batch_id is not None and not isinstance(batch_id, str):
+                raise TypeError(f"batch_id must be a string, got {type(batch_id).__name__}")
+        label = str(label)[:_MAX_LABEL]
         drop = on_invalid == "drop"
-        reports, negative = self.mechanism._prepare_reports(reports, drop)
-        valid, invalid, _first = self.mechanism._core.aggregate(reports, self._counts, drop)
-        self._n += int(valid)
-        self._dropped += int(invalid) + negative
+        prepared, negative = self.mechanism._prepare_reports(array, drop)
+        rows = int(prepared.shape[0])
+        with self._lock:
+            if batch_id is not None:
+                self._refuse_duplicate(batch_id, label)
+            if self._n + rows > U64_MAX:
+                raise ValueError(f"counting {rows} more reports would take n past 2^64 − 1 "
+                                 f"(n = {self._n}); split the aggregation")
+            valid, invalid, _first = self.mechanism._core.aggregate(prepared, self._counts, drop)
+            self._n += int(valid)
+            self._dropped = min(self._dropped + int(invalid) + negative, U64_MAX)
+            self._record_batch(batch_id, label)
         return self
 
     def merge(self, other: "Aggregator") -> "Aggregator":
-        """Add another aggregator's counts (same mechanism spec); returns ``self``."""
+        """Add another aggregator's counts; returns ``self``.
+
+        Refused (and nothing changes) when the specs differ (:class:`SpecMismatchError`),
+        when both hold a common batch — the same reports would be counted twice
+        (:class:`DuplicateBatchError`, naming it) — or when a count or n would pass 2^64 − 1.
+        """
         if not isinstance(other, Aggregator):
             raise TypeError(f"can only merge an Aggregator, got {type(other).__name__}")
-        if other.mechanism != self.mechanism:
-            raise ValueError(
-                f"cannot merge aggregators of different mechanisms: {self.mechanism!r} and "
-                f"{other.mechanism!r}")
-        self._counts += other._counts
-        self._n += other._n
-        self._dropped += other._dropped
+        if other is self:
+            raise DuplicateBatchError("cannot merge an aggregator into itself: every batch "
+                                      "would be counted twice")
+        check_same_spec(self.mechanism, other.mechanism.fingerprint, other.mechanism.to_dict(),
+                        "the aggregator to merge")  # SpecMismatchError names the fields
+        first, second = sorted((self, other), key=id)
+        with first._lock, second._lock:
+            common = sorted(set(self._batches) & set(other._batches))
+            if common:
+                batch = common[0]
+                here, there = self._batches[batch], other._batches[batch]
+                also = f" (there as {there!r})" if there and there != here else ""
+                more = f" and {len(common) - 1} more" if len(common) > 1 else ""
+                raise DuplicateBatchError(
+                    f"both aggregators hold {_describe(batch, here)}{also}{more}; merging "
+                    "them would count those reports twice")
+            if self._n + other._n > U64_MAX:
+                raise ValueError(f"merging would take n past 2^64 − 1 ({self._n} + {other._n})")
+            if np.any(other._counts > np.uint64(U64_MAX) - self._counts):
+                raise ValueError("merging would overflow a 64-bit count")
+            self._counts += other._counts
+            self._n += other._n
+            self._dropped = min(self._dropped + other._dropped, U64_MAX)
+            self._batches.update(other._batches)
         return self
 
     def estimate(self, decoder: str = "project", *, sparsity: Optional[int] = None,
                  **options: Any) -> np.ndarray:
         """Distribution estimate of shape (k,); see :meth:`Mechanism.estimate`."""
-        return self.mechanism._decode(self._counts, self._n, decoder, sparsity=sparsity, **options)
+        with self._lock:
+            return self.mechanism._decode(self._counts, self._n, decoder, sparsity=sparsity,
+                                          **options)
+
+    # -- serialization ---------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        """Serialize (spec, n, dropped, counts); read back with :meth:`from_bytes`."""
-        spec = json.dumps(self.mechanism.to_dict(), sort_keys=True).encode()
-        header = _MAGIC + struct.pack("<I", len(spec)) + spec
-        header += struct.pack("<QQQ", self._n, self._dropped, self._counts.size)
-        return header + self._counts.astype("<u8", copy=False).tobytes()
+        """The state in the checked format of the module documentation."""
+        with self._lock:
+            spec = self.mechanism.to_dict()
+            header = {
+                "format": FORMAT_NAME,
+                "version": FORMAT_VERSION,
+                "mechanism": spec["mechanism"],
+                "spec": spec,
+                "fingerprint": fingerprint(spec),
+                "n": self._n,
+                "dropped": self._dropped,
+                "size": int(self._counts.size),
+                "batches": [[batch, label] for batch, label in sorted(self._batches.items())],
+            }
+            header_bytes = canonical_json(header).encode("ascii")
+            prefix = _MAGIC + struct.pack("<I", len(header_bytes)) + header_bytes
+            prefix += b"\0" * (-len(prefix) % 8)
+            body = prefix + self._counts.astype("<u8", copy=False).tobytes()
+        return body + hashlib.sha256(body).digest()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Aggregator":
-        """Inverse of :meth:`to_bytes`; raises ``ValueError`` on malformed input."""
-        from .base import from_dict
-
-        data = bytes(data)
-        if not data.startswith(_MAGIC):
-            raise ValueError("not an ldpdist aggregator (bad magic bytes)")
+    def from_bytes(cls, data: Any) -> "Aggregator":
+        """Inverse of :meth:`to_bytes`. Refuses (:class:`IntegrityError`, a ``ValueError``)
+        anything that is not an intact state: wrong magic, checksum mismatch, a header
+        that does not match its spec or sizes, counts inconsistent with n."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"Aggregator.from_bytes takes bytes, got {type(data).__name__}")
+        data = memoryview(data).cast("B")
+        if any(bytes(data[:8]) == magic for magic in _OLD_MAGICS):
+            raise IntegrityError("this state was written by an older ldpdist without a "
+                                 "checksum or batch ids; aggregate its reports again")
+        if len(data) < 12 + 32 or bytes(data[:8]) != _MAGIC:
+            raise IntegrityError("not an ldpdist aggregator state (bad magic bytes)")
+        (length,) = struct.unpack_from("<I", data, 8)
+        if length > min(_MAX_HEADER, len(data) - 12 - 32):
+            raise IntegrityError(f"corrupt state: header length {length} does not fit in "
+                                 f"{len(data)} bytes")
+        body, digest = data[:-32], bytes(data[-32:])
+        if hashlib.sha256(body).digest() != digest:
+            raise IntegrityError("corrupt state: the checksum does not match its contents "
+                                 "(truncated, edited, or damaged)")
+        header_bytes = bytes(data[12:12 + length])
         try:
-            (spec_len,) = struct.unpack_from("<I", data, len(_MAGIC))
-            start = len(_MAGIC) + 4
-            spec = json.loads(data[start:start + spec_len].decode())
-            n, dropped, size = struct.unpack_from("<QQQ", data, start + spec_len)
-        except (struct.error, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"corrupt aggregator header: {exc}") from None
-        mechanism = from_dict(spec)
-        body = data[start + spec_len + 24:]
-        if size != mechanism._statistic_size or len(body) != 8 * size:
-            raise ValueError(
-                f"corrupt aggregator: expected {mechanism._statistic_size} counts, "
-                f"found {len(body) // 8} (header says {size})")
-        counts = np.frombuffer(body, dtype="<u8").astype(np.uint64)
+            header = parse_json(header_bytes.decode("ascii"), "the state header")
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise IntegrityError(f"corrupt state header: {exc}") from None
+        mechanism, n, dropped, batches = cls._checked_header(header, header_bytes)
+        offset = 12 + length + (-(12 + length) % 8)
+        size = mechanism._statistic_size
+        if len(body) - offset != 8 * size:
+            raise IntegrityError(f"corrupt state: {len(body) - offset} bytes of counts, the "
+                                 f"spec needs {8 * size} ({size} counts)")
+        memory.check("reading an aggregator state", [("its counts", 8 * size)])
+        counts = np.frombuffer(body, dtype="<u8", count=size, offset=offset).astype(np.uint64)
         mechanism._check_counts(counts, n)
-        return cls._from_counts(mechanism, counts, n, dropped)
+        return cls._from_counts(mechanism, counts, n, dropped, batches)
+
+    @staticmethod
+    def _checked_header(header: Any, header_bytes: bytes
+                        ) -> Tuple[Any, int, int, Dict[str, str]]:
+        if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+            raise IntegrityError(f"corrupt state header: expected the keys {sorted(_HEADER_KEYS)}")
+        if header["format"] != FORMAT_NAME or header["version"] != FORMAT_VERSION:
+            raise IntegrityError(f"unsupported state format {header['format']!r} version "
+                                 f"{header['version']!r}")
+        if canonical_json(header).encode("ascii") != header_bytes:
+            raise IntegrityError("corrupt state header: not in canonical form")
+        spec = header["spec"]
+        if not isinstance(spec, dict) or fingerprint(spec) != header["fingerprint"] \
+                or spec.get("mechanism") != header["mechanism"]:
+            raise IntegrityError("corrupt state header: the spec does not match its fingerprint")
+        try:
+            mechanism = from_dict(spec)
+        except (ValueError, TypeError) as exc:
+            raise IntegrityError(f"corrupt state header: invalid spec: {exc}") from None
+        n, dropped, size = header["n"], header["dropped"], header["size"]
+        for name, value in (("n", n), ("dropped", dropped), ("size", size)):
+            if type(value) is not int or not 0 <= value <= U64_MAX:
+                raise IntegrityError(f"corrupt state header: {name} = {value!r} is not an "
+                                     "integer in [0, 2^64)")
+        if size != mechanism._statistic_size:
+            raise IntegrityError(f"corrupt state header: size {size} does not match the spec "
+                                 f"({mechanism._statistic_size} counts)")
+        batches = _checked_batches(header["batches"])
+        return mechanism, n, dropped, batches
+
+
+def _checked_batches(entries: Any) -> Dict[str, str]:
+    if not isinstance(entries, list):
+        raise IntegrityError("corrupt state header: batches must be a list")
+    batches: Dict[str, str] = {}
+    for entry in entries:
+        if (not isinstance(entry, list) or len(entry) != 2
+                or not all(isinstance(v, str) for v in entry)
+                or not 0 < len(entry[0]) <= 128 or len(entry[1]) > _MAX_LABEL):
+            raise IntegrityError(f"corrupt state header: bad batch entry {entry!r:.80}")
+        if entry[0] in batches:
+            raise IntegrityError(f"corrupt state header: batch {entry[0]} listed twice")
+        batches[entry[0]] = entry[1]
+    return batches
+

@@ -8,52 +8,46 @@ share one spec. Subclasses name their Rust class and, if they have parameters be
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Optional, Type
+from typing import Any, ClassVar, Dict, Optional
 
 import numpy as np
 
-from .. import _core
-from .._validation import integer, real, seed_key
+from .. import _core, memory
+from .._validation import U64_MAX, exact_sum_u64, integer, real, seed_key
 from ..decoders import decode
-from .aggregator import Aggregator
+from ..errors import IntegrityError
+from ..reports import ReportBatch
+from ..specs import SPEC_FORMAT, _REGISTRY, fingerprint, from_dict, register
+from .aggregator import Aggregator, check_same_spec
 
-SPEC_FORMAT = 1
-_REGISTRY: Dict[str, Type["Mechanism"]] = {}
-
-
-def register(cls: Type["Mechanism"]) -> Type["Mechanism"]:
-    """Class decorator: make ``cls`` known to :func:`from_dict` under its class name."""
-    _REGISTRY[cls.__name__] = cls
-    return cls
-
-
-def from_dict(spec: Dict[str, Any]) -> "Mechanism":
-    """Rebuild a mechanism from :meth:`Mechanism.to_dict` output (e.g. parsed JSON)."""
-    if not isinstance(spec, dict):
-        raise TypeError(f"a mechanism spec is a dict, got {type(spec).__name__}")
-    spec = dict(spec)
-    name = spec.pop("mechanism", None)
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown mechanism {name!r}; known: {sorted(_REGISTRY)}")
-    fmt = spec.pop("format", SPEC_FORMAT)
-    if fmt != SPEC_FORMAT:
-        raise ValueError(f"unsupported spec format {fmt!r} (this version reads {SPEC_FORMAT})")
-    cls = _REGISTRY[name]
-    try:
-        return cls(**spec)
-    except TypeError as exc:
-        raise ValueError(f"invalid parameters for {name}: {exc}") from None
+__all__ = ["Mechanism", "BitVectorMechanism", "from_dict", "register", "check_epsilon",
+           "values_array", "SPEC_FORMAT", "_REGISTRY"]
 
 
 def check_epsilon(epsilon: Any) -> float:
+    """ε as a float: finite, > 0 and at most ``MAX_EPSILON`` (700: e^ε must stay finite).
+    Whether the mechanism can represent it is checked after construction
+    (``_core.check_realized``, the shared rule)."""
     epsilon = real(epsilon, "epsilon")
     if epsilon <= 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    if epsilon > _core.MAX_EPSILON:
+        raise ValueError(f"epsilon = {epsilon!r} is too large: e^epsilon overflows double "
+                         f"precision; the largest accepted is {_core.MAX_EPSILON!r}")
     return epsilon
+
+
+def _refuse_bools(values: Any) -> None:
+    """Sequences of Python/numpy bools convert silently to integers: refuse them by position."""
+    if isinstance(values, (list, tuple)):
+        for i, value in enumerate(values):
+            if isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"values must be integers, not booleans: values[{i}] = {value!r}")
 
 
 def values_array(values: Any, k: int) -> np.ndarray:
     """Validate user values: 1-D integers in [0, k); returned as uint32 (copied if needed)."""
+    _refuse_bools(values)
     array = values if isinstance(values, np.ndarray) else np.asarray(values)
     if array.dtype.kind not in "iu":
         if array.size == 0 and array.dtype == np.float64 and not isinstance(values, np.ndarray):
@@ -71,6 +65,8 @@ def values_array(values: Any, k: int) -> np.ndarray:
         if array.max() >= k:
             i = int(np.argmax(array >= k))
             raise ValueError(f"values must lie in [0, {k}): values[{i}] = {array[i]}")
+    if array.dtype != np.uint32 or not array.flags.c_contiguous:
+        memory.check("privatize", [("the values as uint32", 4 * array.size)])
     return np.ascontiguousarray(array, dtype=np.uint32)
 
 
@@ -92,6 +88,13 @@ class Mechanism:
         self._k = integer(k, "k", minimum=2, maximum=2**32)
         self._epsilon = check_epsilon(epsilon)
         self._core = self._make_core()
+        if self._checks_realized_epsilon():
+            _core.check_realized(type(self).__name__, self._epsilon, self.realized_epsilon)
+
+    def _checks_realized_epsilon(self) -> bool:
+        """Whether the shared rule on the realized ε applies (only an explicit, warned
+        opt-out such as an uncalibrated i.i.d. matrix may return False)."""
+        return True
 
     def _make_core(self) -> Any:
         return self._core_class(self._k, self._epsilon)
@@ -129,6 +132,12 @@ class Mechanism:
     def to_dict(self) -> Dict[str, Any]:
         """JSON-safe spec; ``ldpdist.from_dict(m.to_dict()) == m``."""
         return {"mechanism": type(self).__name__, "format": SPEC_FORMAT, **self._params()}
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of :meth:`to_dict` (see :mod:`ldpdist.specs`):
+        the identity every reports file and aggregator state made under this spec carries."""
+        return fingerprint(self.to_dict())
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.to_dict() == self.to_dict()
@@ -175,8 +184,10 @@ class Mechanism:
 
         Parameters
         ----------
-        reports : array
-            Output of :meth:`privatize` (possibly concatenated from many clients).
+        reports : array or ReportBatch
+            Output of :meth:`privatize` (possibly concatenated from many clients), or a
+            batch read with :func:`ldpdist.read_reports` (refused if made under another
+            spec).
         decoder : {"raw", "normalize", "project", "sparse_project", "ibu"}
             See :mod:`ldpdist.decoders`.
         sparsity : int, optional
@@ -208,20 +219,24 @@ class Mechanism:
         """Aggregate of privatizing ``true_counts[x]`` users holding each value x.
 
         The counts have exactly the distribution of privatizing those users one by one, but
-        no per-user report is stored. For index mechanisms with an integer seed they equal
-        the histogram of ``privatize(np.repeat(np.arange(k), true_counts), seed)``.
+        no per-user report is stored (see each mechanism for the cost). The total number of
+        users must be below 2**64 (the counts are 64-bit).
         """
         counts = np.asarray(true_counts)
         if counts.dtype.kind not in "iu":
-            raise TypeError(f"true_counts must be integers, got dtype {counts.dtype}")
+            raise TypeError(f"true_counts must be integers in [0, 2^64), got dtype {counts.dtype}")
         if counts.shape != (self._k,):
             raise ValueError(f"true_counts must have shape ({self._k},), got {counts.shape}")
         if counts.dtype.kind == "i" and counts.size and counts.min() < 0:
             i = int(np.argmax(counts < 0))
             raise ValueError(f"true_counts must be >= 0: true_counts[{i}] = {counts[i]}")
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
+        n = exact_sum_u64(counts)
+        if n > U64_MAX:
+            raise ValueError(f"true_counts sum to {n} users, more than 2^64 − 1 (the counts "
+                             "are 64-bit)")
         stats = self._core.simulate(counts, seed_key(seed))
-        return Aggregator._from_counts(self, stats, int(counts.sum(dtype=np.uint64)))
+        return Aggregator._from_counts(self, stats, n, batches={_random_id(): "simulate"})
 
     def channel_matrix(self, max_entries: int = 2**24) -> np.ndarray:
         """The exact channel Q (k × output_size, rows sum to 1) for verification.
@@ -234,7 +249,7 @@ class Mechanism:
     def _prepare_reports(self, reports: Any, drop: bool) -> "tuple[np.ndarray, int]":
         """Reports as a contiguous unsigned array for the core, and how many negative
         entries were dropped here (the core counts the rest of the invalid ones)."""
-        array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+        array = _native(reports)
         if array.dtype.kind not in "iu":
             raise TypeError(f"reports must be integers, got dtype {array.dtype}")
         if array.ndim != 1:
@@ -255,9 +270,11 @@ class Mechanism:
         return np.ascontiguousarray(array), negative
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
-        """Consistency of deserialized counts with the number of reports."""
-        if int(counts.sum(dtype=np.uint64)) != n:
-            raise ValueError(f"corrupt aggregator: counts sum to {int(counts.sum())}, not n = {n}")
+        """Consistency of deserialized counts with the number of reports (exact: a uint64
+        sum would wrap)."""
+        total = exact_sum_u64(counts)
+        if total != n:
+            raise IntegrityError(f"corrupt aggregator: counts sum to {total}, not n = {n}")
 
     # -- channel products for the iterative Bayesian update -------------------------------
 
@@ -283,7 +300,7 @@ class BitVectorMechanism(Mechanism):
     report_kind: ClassVar[str] = "bits"
 
     def _prepare_reports(self, reports: Any, drop: bool) -> "tuple[np.ndarray, int]":
-        array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+        array = _native(reports)
         width = -(-self.output_size // 8)
         if array.dtype != np.uint8:
             raise TypeError(
@@ -295,4 +312,19 @@ class BitVectorMechanism(Mechanism):
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
         if counts.size and int(counts.max()) > n:
-            raise ValueError(f"corrupt aggregator: a bit count exceeds n = {n}")
+            raise IntegrityError(f"corrupt aggregator: a bit count exceeds n = {n}")
+
+
+def _native(reports: Any) -> np.ndarray:
+    """Reports as an array in native byte order (a value-preserving copy when not)."""
+    _refuse_bools(reports)
+    array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+    if array.dtype.kind in "iu" and not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _random_id() -> str:
+    import os
+
+    return os.urandom(32).hex()

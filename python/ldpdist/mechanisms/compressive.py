@@ -10,7 +10,8 @@ import numpy as np
 from .. import _core
 from .._validation import integer, seed_key
 from ..decoders import DECODERS, finish
-from .base import Mechanism, register
+from ..specs import register
+from .base import Mechanism
 
 MATRIX_KINDS = ("balanced", "rademacher")
 REGIMES = ("auto", "high", "medium")
@@ -96,6 +97,11 @@ class CompressivePrivatization(Mechanism):
                 f"the requested epsilon = {self.epsilon:g} (calibrate=False); use "
                 "calibrate=True or matrix='balanced' for an exact guarantee",
                 UserWarning, stacklevel=2)
+
+    def _checks_realized_epsilon(self) -> bool:
+        # calibrate=False with the i.i.d. matrix is the one explicit opt-out: its realized ε
+        # may exceed the request, and __init__ warns with the value.
+        return self._calibrate or self._matrix == "balanced"
 
     def _make_core(self) -> Any:
         return _core.CompressivePrivatization(self._k, self._epsilon, self._m,

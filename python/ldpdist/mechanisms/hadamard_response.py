@@ -6,7 +6,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from .. import _core
 from .._validation import integer
-from .base import Mechanism, register
+from ..specs import register
+from .base import Mechanism
 
 
 @register
@@ -38,7 +39,8 @@ class HadamardResponse(Mechanism):
     _core_class = _core.HadamardResponse
 
     def __init__(self, k: int, epsilon: float, blocks: Optional[int] = None):
-        self._blocks = None if blocks is None else integer(blocks, "blocks", minimum=1)
+        self._blocks = None if blocks is None else integer(blocks, "blocks", minimum=1,
+                                                           maximum=2**33)
         super().__init__(k, epsilon)
 
     def _make_core(self) -> Any:

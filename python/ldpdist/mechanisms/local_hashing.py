@@ -6,7 +6,8 @@ from typing import Any, Dict
 
 from .. import _core
 from .._validation import integer
-from .base import Mechanism, register
+from ..specs import register
+from .base import Mechanism
 
 
 @register

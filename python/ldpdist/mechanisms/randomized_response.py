@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .. import _core
-from .base import Mechanism, register
+from ..specs import register
+from .base import Mechanism
 
 
 @register

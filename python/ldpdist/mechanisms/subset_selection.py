@@ -7,8 +7,10 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .. import _core
-from .._validation import integer, real
-from .base import BitVectorMechanism, check_epsilon, register
+from .._validation import exact_sum_u64, integer, real
+from ..errors import IntegrityError
+from ..specs import register
+from .base import BitVectorMechanism, check_epsilon
 
 
 @register
@@ -96,10 +98,10 @@ class SubsetSelection(BitVectorMechanism):
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
         super()._check_counts(counts, n)
-        if int(counts.sum(dtype=np.uint64)) != n * self.d:
-            raise ValueError(
-                f"corrupt aggregator: the bit counts sum to {int(counts.sum(dtype=np.uint64))}, "
-                f"not n * d = {n * self.d}")
+        total = exact_sum_u64(counts)
+        if total != n * self.d:
+            raise IntegrityError(
+                f"corrupt aggregator: the bit counts sum to {total}, not n * d = {n * self.d}")
 
     @staticmethod
     def default_d(k: int, epsilon: float) -> int:

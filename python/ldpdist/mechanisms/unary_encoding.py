@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .. import _core
-from .base import BitVectorMechanism, register
+from ..specs import register
+from .base import BitVectorMechanism
 
 
 @register

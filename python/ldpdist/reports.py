@@ -1,0 +1,265 @@
+"""Reports files: a batch of reports that says which spec made it.
+
+A reports file holds the reports of one batch (one client, or one privatize run) together
+with the spec they were made under, so that a server can never count them under another
+spec, and a batch id, so that the same batch is never counted twice. Layout (all integers
+little-endian):
+
+========  ===========================================================================
+bytes     content
+========  ===========================================================================
+0–7       magic ``LDPDREP1``
+8–11      header length H (uint32)
+12…       header: UTF-8 canonical JSON object (sorted keys, no whitespace) with
+          ``format`` = ``"ldpdist-reports"``, ``version`` = 1, ``mechanism`` (class name),
+          ``spec`` (the spec dict), ``fingerprint`` (the spec's, see
+          :mod:`ldpdist.specs`), ``dtype`` (numpy type string: ``|u1``, ``<u2``, ``<u4``,
+          ``<u8``), ``shape`` (``[n]`` for index reports, ``[n, width]`` for packed bit
+          rows), ``nonce`` (32 hex digits from the OS at write time) and
+          ``payload_sha256`` (hex SHA-256 of the payload bytes)
+…         zero bytes up to the next multiple of 64
+…         payload: the report array, C order, exactly ``prod(shape) · itemsize`` bytes
+========  ===========================================================================
+
+The *batch id* is the hex SHA-256 of the header bytes: it binds the payload (through its
+hash) and the nonce, so a copy of the file has the same id and two privatize runs never do.
+Readers check the magic, the header, the spec fingerprint, the payload length and hash;
+:func:`read_reports` refuses a file of another spec when given the expected mechanism.
+
+Raw report arrays from other systems (a plain ``.npy``) carry none of this; the command line
+reads them only with ``--raw-reports``, and their batch id is then the SHA-256 of the file
+(:func:`raw_batch_id`), so the same file is still never counted twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from dataclasses import dataclass
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+
+from .errors import IntegrityError, SpecMismatchError
+from .specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
+                    spec_summary)
+
+__all__ = ["ReportBatch", "encode_reports", "decode_reports", "read_reports", "write_reports",
+           "raw_batch_id", "REPORTS_MAGIC"]
+
+REPORTS_MAGIC = b"LDPDREP1"
+FORMAT_NAME = "ldpdist-reports"
+FORMAT_VERSION = 1
+_ALIGN = 64
+_MAX_HEADER = 1 << 20
+_DTYPES = {"|u1": np.uint8, "<u2": np.dtype("<u2"), "<u4": np.dtype("<u4"),
+           "<u8": np.dtype("<u8")}
+_HEADER_KEYS = {"format", "version", "mechanism", "spec", "fingerprint", "dtype", "shape",
+                "nonce", "payload_sha256"}
+_HASH_BLOCK = 1 << 24
+
+
+@dataclass(frozen=True)
+class ReportBatch:
+    """One batch of reports with its provenance.
+
+    Attributes
+    ----------
+    reports : ndarray
+        The reports (1-D unsigned integers, or 2-D uint8 packed rows); read-only.
+    spec : dict
+        The spec they were made under.
+    fingerprint : str
+        The spec's fingerprint.
+    batch_id : str
+        Identity of this batch (see the module documentation).
+    label : str
+        Where it came from (the file name for :func:`read_reports`), for messages; an
+        aggregator records it beside the batch id.
+    """
+
+    reports: np.ndarray
+    spec: Dict[str, Any]
+    fingerprint: str
+    batch_id: str
+    label: str = ""
+
+    @property
+    def mechanism_name(self) -> str:
+        return str(self.spec.get("mechanism"))
+
+    def __len__(self) -> int:
+        return int(self.reports.shape[0])
+
+
+def _hash_array(array: np.ndarray) -> str:
+    digest = hashlib.sha256()
+    flat = array.reshape(-1).view(np.uint8) if array.size else np.empty(0, np.uint8)
+    for start in range(0, flat.size, _HASH_BLOCK):
+        digest.update(memoryview(flat[start:start + _HASH_BLOCK]))
+    return digest.hexdigest()
+
+
+def _little_endian(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    if array.dtype.byteorder == ">" or (array.dtype.byteorder == "=" and
+                                        np.little_endian is False):  # pragma: no cover
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return array
+
+
+def encode_reports(mechanism: Any, reports: np.ndarray,
+                   nonce: Optional[str] = None) -> "tuple[bytes, ReportBatch]":
+    """The file bytes of ``reports`` made by ``mechanism``, and the batch they hold.
+
+    ``reports`` must already be valid output of ``mechanism.privatize`` (its dtype and shape
+    are checked, not its values: the server validates every report when it aggregates).
+    """
+    array = np.asarray(reports)
+    if mechanism.report_kind == "bits":
+        width = -(-mechanism.output_size // 8)
+        if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != width:
+            raise ValueError(f"bit-vector reports of {mechanism!r} are uint8 arrays of shape "
+                             f"(n, {width}), got {array.dtype} {array.shape}")
+    elif array.dtype.kind != "u" or array.ndim != 1:
+        raise ValueError(f"reports of {mechanism!r} are 1-D unsigned integer arrays, got "
+                         f"{array.dtype} {array.shape}")
+    array = _little_endian(array)
+    spec = mechanism.to_dict()
+    header = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "mechanism": spec["mechanism"],
+        "spec": spec,
+        "fingerprint": fingerprint(spec),
+        "dtype": array.dtype.str,
+        "shape": [int(v) for v in array.shape],
+        "nonce": nonce if nonce is not None else os.urandom(16).hex(),
+        "payload_sha256": _hash_array(array),
+    }
+    header_bytes = canonical_json(header).encode("ascii")
+    prefix = REPORTS_MAGIC + struct.pack("<I", len(header_bytes)) + header_bytes
+    prefix += b"\0" * (-len(prefix) % _ALIGN)
+    batch = ReportBatch(array, spec, header["fingerprint"],
+                        hashlib.sha256(header_bytes).hexdigest())
+    return prefix + array.tobytes(), batch
+
+
+def _parse_header(data: bytes, size: int, where: str) -> "tuple[Dict[str, Any], bytes, int]":
+    """The header dict, its bytes, and the payload offset, checked against the file size."""
+    if len(data) < 12 or not data.startswith(REPORTS_MAGIC):
+        raise IntegrityError(f"{where} is not an ldpdist reports file (bad magic bytes)")
+    (length,) = struct.unpack_from("<I", data, 8)
+    if length > _MAX_HEADER or 12 + length > size:
+        raise IntegrityError(f"{where}: the header length {length} does not fit the file "
+                             f"({size} bytes)")
+    header_bytes = bytes(data[12:12 + length])
+    try:
+        text = header_bytes.decode("ascii")
+    except UnicodeDecodeError:
+        raise IntegrityError(f"{where}: the header is not ASCII JSON") from None
+    try:
+        header = parse_json(text, f"the header of {where}")
+    except ValueError as exc:
+        raise IntegrityError(str(exc)) from None
+    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+        raise IntegrityError(f"{where}: the header must hold exactly the keys "
+                             f"{sorted(_HEADER_KEYS)}")
+    if header["format"] != FORMAT_NAME or header["version"] != FORMAT_VERSION:
+        raise IntegrityError(f"{where}: unsupported format {header['format']!r} version "
+                             f"{header['version']!r} (this version reads {FORMAT_NAME} "
+                             f"{FORMAT_VERSION})")
+    if canonical_json(header).encode("ascii") != header_bytes:
+        raise IntegrityError(f"{where}: the header is not in canonical form (edited?)")
+    offset = 12 + length
+    return header, header_bytes, offset + (-offset % _ALIGN)
+
+
+def _checked_batch(header: Dict[str, Any], header_bytes: bytes, payload_size: int,
+                   where: str, expect: Any) -> "tuple[Dict[str, Any], np.dtype, tuple]":
+    spec = header["spec"]
+    if not isinstance(spec, dict) or canonical_json(spec) == "":
+        raise IntegrityError(f"{where}: the header's spec is not a dict")
+    if fingerprint(spec) != header["fingerprint"] or spec.get("mechanism") != header["mechanism"]:
+        raise IntegrityError(f"{where}: the spec does not match its fingerprint (edited?)")
+    if expect is not None and header["fingerprint"] != expect.fingerprint:
+        raise SpecMismatchError(
+            f"{where} holds reports of {spec_summary(spec)}, not of {expect!r} "
+            f"({spec_difference(spec, expect.to_dict())}); reports made under another spec "
+            "cannot be counted")
+    try:
+        mechanism = expect if expect is not None else from_dict(spec)
+    except (ValueError, TypeError) as exc:
+        raise IntegrityError(f"{where}: invalid spec: {exc}") from None
+    dtype = _DTYPES.get(header["dtype"]) if isinstance(header["dtype"], str) else None
+    shape = header["shape"]
+    if dtype is None:
+        raise IntegrityError(f"{where}: unsupported report dtype {header['dtype']!r}")
+    if (not isinstance(shape, list) or not all(type(v) is int and 0 <= v < 2**63 for v in shape)
+            or len(shape) != (2 if mechanism.report_kind == "bits" else 1)):
+        raise IntegrityError(f"{where}: invalid report shape {shape!r}")
+    if mechanism.report_kind == "bits" and (dtype != np.uint8 or
+                                            shape[1] != -(-mechanism.output_size // 8)):
+        raise IntegrityError(f"{where}: packed rows of {shape!r} {header['dtype']} do not fit "
+                             f"{mechanism!r}")
+    expected = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    if payload_size != expected:
+        raise IntegrityError(
+            f"{where}: the payload has {payload_size} bytes, the header announces {expected} "
+            f"({'truncated' if payload_size < expected else 'trailing bytes'})")
+    return spec, np.dtype(dtype), tuple(shape)
+
+
+def decode_reports(data: Union[bytes, bytearray, memoryview], expect: Any = None,
+                   where: str = "the reports") -> ReportBatch:
+    """The batch in reports-file bytes; with ``expect`` (a mechanism), refuse other specs
+    (:class:`SpecMismatchError`). Corruption raises :class:`IntegrityError`."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"reports-file data must be bytes, got {type(data).__name__}")
+    data = memoryview(data).cast("B")
+    header, header_bytes, offset = _parse_header(data, len(data), where)
+    spec, dtype, shape = _checked_batch(header, header_bytes, max(len(data) - offset, 0),
+                                        where, expect)
+    array = np.frombuffer(data, dtype=dtype, offset=min(offset, len(data))).reshape(shape)
+    if _hash_array(array) != header["payload_sha256"]:
+        raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
+    return ReportBatch(array, spec, header["fingerprint"],
+                       hashlib.sha256(header_bytes).hexdigest())
+
+
+def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> ReportBatch:
+    """Read a reports file (memory-mapped: nothing is copied), checking everything the
+    module documentation lists; with ``expect`` (a mechanism), refuse other specs."""
+    where = f"reports file {os.fspath(path)!r}"
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        head = handle.read(12 + _MAX_HEADER)
+    header, header_bytes, offset = _parse_header(head, size, where)
+    spec, dtype, shape = _checked_batch(header, header_bytes, max(size - offset, 0), where,
+                                        expect)
+    if int(np.prod(shape, dtype=object)) == 0:
+        array = np.zeros(shape, dtype=dtype)
+    else:
+        array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    if _hash_array(array) != header["payload_sha256"]:
+        raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
+    return ReportBatch(array, spec, header["fingerprint"],
+                       hashlib.sha256(header_bytes).hexdigest(), os.path.basename(path))
+
+
+def write_reports(path: Union[str, "os.PathLike[str]"], mechanism: Any,
+                  reports: np.ndarray) -> ReportBatch:
+    """Write ``reports`` of ``mechanism`` to ``path`` (atomically: a temporary file in the
+    same folder, renamed); returns the batch written."""
+    from .files import write_atomic
+
+    data, batch = encode_reports(mechanism, reports)
+    write_atomic(path, data)
+    return ReportBatch(batch.reports, batch.spec, batch.fingerprint, batch.batch_id,
+                       os.path.basename(path))
+
+
+def raw_batch_id(data: Union[bytes, bytearray, memoryview]) -> str:
+    """Batch id of a raw report file (no ldpdist header): ``"raw-"`` + SHA-256 of its bytes."""
+    return "raw-" + hashlib.sha256(data).hexdigest()
