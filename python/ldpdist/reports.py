@@ -148,7 +148,7 @@ def encode_reports(mechanism: Any, reports: np.ndarray,
 
 def _parse_header(data: bytes, size: int, where: str) -> "tuple[Dict[str, Any], bytes, int]":
     """The header dict, its bytes, and the payload offset, checked against the file size."""
-    if len(data) < 12 or not data.startswith(REPORTS_MAGIC):
+    if len(data) < 12 or bytes(data[:8]) != REPORTS_MAGIC:
         raise IntegrityError(f"{where} is not an ldpdist reports file (bad magic bytes)")
     (length,) = struct.unpack_from("<I", data, 8)
     if length > _MAX_HEADER or 12 + length > size:
