@@ -1,0 +1,132 @@
+"""Privacy and numerics at the edges (issue 8, item 4): one shared rule on ε for every
+mechanism, messages that say what is wrong, and inputs that once slipped through."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import ldpdist
+from ldpdist import _core
+from ldpdist.specs import from_dict, parse_json, registered
+
+ALL = sorted(registered())
+
+
+def build(name, k, epsilon):
+    cls = registered()[name]
+    if name == "CompressivePrivatization":
+        # The high-privacy construction accepts every ε (medium privacy needs ε ≤ ln m).
+        return cls(k=max(k, 64), epsilon=epsilon, m=16, seed=1, regime="high")
+    return cls(k=k, epsilon=epsilon)
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("epsilon", [1e-300, 1e-14, 5e-324])
+def test_degenerate_small_epsilon_is_refused_by_the_shared_rule(name, epsilon):
+    """Once: RAPPOR and OUE accepted 1e-14, then `raw` returned ±inf and `normalize` NaN."""
+    with pytest.raises(ValueError) as info:
+        build(name, 10, epsilon)
+    message = str(info.value)
+    assert len(message) < 400, "a tiny epsilon must not print as a 300-digit decimal"
+    assert "0.000000000" not in message
+
+
+@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("epsilon", [709.9, 743.0, 1e300])
+def test_overflowing_epsilon_is_refused_as_too_large(name, epsilon):
+    with pytest.raises(ValueError, match="too large") as info:
+        build(name, 10, epsilon)
+    assert "too small" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_accepted_epsilon_is_realized_within_the_tolerance_and_never_above(name):
+    """The shared rule over a grid from 1e-9 to 700: each epsilon is either refused with the
+    rule's message, or realized in [ε(1 − tol), ε]; and every estimate of an accepted
+    mechanism is finite."""
+    tolerance = _core.REALIZED_TOLERANCE
+    accepted = 0
+    for epsilon in np.geomspace(1e-9, 700, 40):
+        try:
+            mech = build(name, 10, float(epsilon))
+        except ValueError as exc:
+            assert "cannot be represented" in str(exc), str(exc)
+            continue
+        accepted += 1
+        realized = mech.realized_epsilon
+        assert epsilon * (1 - tolerance) <= realized <= epsilon, (epsilon, realized)
+        reports = mech.privatize(np.arange(mech.k).repeat(2), seed=1)
+        for decoder in ("raw", "normalize", "project"):
+            assert np.isfinite(mech.estimate(reports, decoder)).all(), (epsilon, decoder)
+    assert accepted >= 25, f"{name} accepted only {accepted} of 40 epsilons"
+
+
+def test_oue_never_reports_a_realized_epsilon_above_the_request():
+    """Once: ε in (709.8, 743] gave realized_epsilon = 743.05 > ε."""
+    for epsilon in np.linspace(650, 700, 11):
+        try:
+            mech = ldpdist.OptimizedUnaryEncoding(10, float(epsilon))
+        except ValueError:
+            continue
+        assert mech.realized_epsilon <= epsilon
+
+
+def test_messages_say_what_is_wrong():
+    with pytest.raises(ValueError, match=r"blocks must be ≤ 8589934592"):
+        ldpdist.HadamardResponse(16, 1.0, blocks=2**64)  # once: OverflowError
+    with pytest.raises(ValueError, match="blocks"):
+        from_dict({"mechanism": "HadamardResponse", "k": 16, "epsilon": 1.0, "blocks": 2**64})
+    with pytest.raises(ValueError, match="nests JSON deeper"):
+        parse_json("[" * 100_000 + "]" * 100_000, "a spec")  # once: RecursionError
+    deep = {"mechanism": "HadamardResponse", "k": 16, "epsilon": 1.0}
+    for _ in range(50):
+        deep = {"k": deep}
+    with pytest.raises(ValueError):
+        from_dict(json.loads(json.dumps(deep)))
+    mech = ldpdist.HadamardResponse(16, 1.0)
+    with pytest.raises(TypeError, match=r"values\[1\] = True"):
+        mech.privatize([3, True])  # once: accepted as 1
+    with pytest.raises(TypeError, match="booleans"):
+        mech.privatize((np.bool_(False),))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_big_endian_reports_count_like_native_ones(name):
+    """Once: big-endian unsigned reports were rejected as 'not unsigned integers'."""
+    mech = build(name, 20, 1.0)
+    reports = mech.privatize(np.arange(20).repeat(3), seed=2)
+    if reports.ndim == 1:
+        swapped = reports.astype(reports.dtype.newbyteorder(">"))
+        if reports.dtype.itemsize > 1:
+            assert not swapped.dtype.isnative
+        native = mech.aggregator().add(reports)
+        other = mech.aggregator().add(swapped)
+        assert np.array_equal(native.counts, other.counts) and native.n == other.n
+
+
+@pytest.mark.parametrize("cls", [ldpdist.RAPPOR, ldpdist.OptimizedUnaryEncoding,
+                                 ldpdist.SubsetSelection])
+def test_ibu_on_reports_with_no_bit_set_returns_a_distribution(cls):
+    """Once: all-zero bit-vector reports gave an all-zero 'distribution' (sum 0)."""
+    mech = cls(12, 1.0)
+    width = -(-mech.output_size // 8)
+    if cls is ldpdist.SubsetSelection:
+        zeros = np.zeros((0, width), dtype=np.uint8)  # every SS report has d ones
+        aggregator = mech.aggregator().add(zeros)
+        with pytest.raises(ValueError, match="no reports"):
+            aggregator.estimate("ibu")
+        return
+    estimate = mech.estimate(np.zeros((50, width), dtype=np.uint8), "ibu")
+    assert estimate.shape == (12,) and np.all(estimate >= 0)
+    assert estimate.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_simulate_with_too_many_users_is_a_clear_error():
+    mech = ldpdist.RandomizedResponse(3, 1.0)
+    with pytest.raises(ValueError, match="2\\^64"):
+        mech.simulate(np.array([2**63, 2**63, 0], dtype=np.uint64))  # once: a numpy traceback
+    with pytest.raises(TypeError, match="integers"):
+        mech.simulate([2**70, 0, 0])  # does not fit any integer dtype: object array
