@@ -49,15 +49,18 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 type Caught<T> = std::thread::Result<Result<T, Error>>;
 
+/// The Python result of a computation; `pending` is the exception a signal handler raised
+/// meanwhile (Ctrl-C's `KeyboardInterrupt`): it wins even when the work completed, because
+/// the handler has consumed the signal and dropping its exception would lose the Ctrl-C.
 fn finish<T>(outcome: Caught<T>, pending: Option<PyErr>) -> PyResult<T> {
-    match outcome {
-        Err(payload) => Err(InternalError::new_err(format!(
+    match (outcome, pending) {
+        (Err(payload), _) => Err(InternalError::new_err(format!(
             "internal error in ldpdist (please report): {}",
             panic_message(payload)
         ))),
-        Ok(Err(Error::Interrupted)) => Err(pending.unwrap_or_else(|| to_py(Error::Interrupted))),
-        Ok(Err(e)) => Err(to_py(e)),
-        Ok(Ok(value)) => Ok(value),
+        (Ok(_), Some(err)) => Err(err),
+        (Ok(Err(e)), None) => Err(to_py(e)),
+        (Ok(Ok(value)), None) => Ok(value),
     }
 }
 

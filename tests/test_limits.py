@@ -1,0 +1,159 @@
+"""Bounded memory, never an abort (issue 8, item 2), and Ctrl-C within a second (item 3).
+
+Each case runs in a fresh interpreter under an address-space limit (RLIMIT_AS = 3 GiB), so
+that an unguarded allocation shows up as an abort or a crash of that child, never of the
+test runner. A case passes when the child survives and the call either succeeded or raised
+a clear MemoryError / ValueError before allocating.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+resource = pytest.importorskip("resource")  # POSIX only
+
+LIMIT = 3 << 30
+
+PRELUDE = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import numpy as np
+import ldpdist
+def outcome(call):
+    start = time.perf_counter()
+    try:
+        call()
+        kind = "done"
+    except (MemoryError, ValueError) as exc:
+        kind = type(exc).__name__ if isinstance(exc, MemoryError) else "ValueError"
+        assert str(exc), "an exception without a message"
+    print(f"outcome {{kind}} {{time.perf_counter() - start:.2f}}", flush=True)
+"""
+
+# The cases issue 8 found (abort, OOM kill, 16 GiB from a small spec, 10 GB from_bytes).
+CASES = {
+    "rr-k2^28-estimate-one-report":
+        "m = ldpdist.RandomizedResponse(2**28, 1.0); outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+    "hr-k2^27-estimate-one-report":
+        "m = ldpdist.HadamardResponse(2**27, 1.0); outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+    "rappor-k2^24-estimate-one-report":
+        "m = ldpdist.RAPPOR(2**24, 1.0); r = np.zeros((1, 2**21), np.uint8); outcome(lambda: m.estimate(r))",
+    "rr-k10^9-simulate":
+        "m = ldpdist.RandomizedResponse(10**9, 1.0); c = np.zeros(10**9, np.uint8); c[0] = 3; "
+        "outcome(lambda: m.simulate(c, seed=1))",
+    "rr-k10^8-estimate-two-reports":
+        "m = ldpdist.RandomizedResponse(10**8, 1.0); outcome(lambda: m.estimate(np.array([1, 2], np.uint32)))",
+    "cp-rademacher-k2^28":
+        "outcome(lambda: ldpdist.CompressivePrivatization(2**28, 0.5, m=500, seed=1, matrix='rademacher'))",
+    "small-spec-16GiB":
+        "outcome(lambda: ldpdist.from_dict({'mechanism': 'CompressivePrivatization', 'k': 2**28, "
+        "'epsilon': 0.5, 'm': 500, 'seed': 1, 'matrix': 'rademacher'}))",
+    "from-bytes-10^10":
+        "outcome(lambda: ldpdist.Aggregator.from_bytes(10**10))",
+    "ss-k2^32-aggregator":
+        "m = ldpdist.SubsetSelection(2**32, 1.0); outcome(lambda: m.aggregator())",
+    "olh-channel-products-k2^23":
+        "m = ldpdist.OptimizedLocalHashing(2**23, 1.0); "
+        "outcome(lambda: m.estimate(m.privatize(np.arange(10), seed=1), 'ibu'))",
+}
+
+
+def run_limited(code: str, timeout: float = 240.0) -> subprocess.CompletedProcess:
+    script = PRELUDE.format(limit=LIMIT) + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_oversized_requests_are_refused_and_the_process_survives(name):
+    done = run_limited(CASES[name])
+    assert done.returncode == 0, (
+        f"the child died (status {done.returncode}; negative = killed by that signal)\n"
+        f"{done.stderr[-3000:]}")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("outcome ")]
+    assert len(lines) == 1, done.stdout + done.stderr
+    _, kind, seconds = lines[0].split()
+    assert kind in ("done", "MemoryError", "ValueError"), lines[0]
+    assert float(seconds) < 60, f"{name}: {seconds} s"
+
+
+def test_the_budget_follows_the_setter_and_the_environment():
+    done = run_limited("""
+        import os
+        from ldpdist import memory
+        ldpdist.set_memory_limit("1M")
+        assert ldpdist.memory_limit() <= 1 << 20
+        try:
+            ldpdist.RandomizedResponse(10**6, 1.0).aggregator()
+        except MemoryError as exc:
+            assert "budget" in str(exc) and "set_memory_limit" in str(exc), exc
+            print("refused")
+        ldpdist.set_memory_limit(None)
+        ldpdist.RandomizedResponse(10**6, 1.0).aggregator()
+        print("accepted")
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["refused", "accepted"]
+    env_case = subprocess.run(
+        [sys.executable, "-c", "import ldpdist\n"
+                               "try:\n    ldpdist.RandomizedResponse(10**6, 1.0).aggregator()\n"
+                               "except MemoryError as e:\n    print('refused', ldpdist.memory_limit())"],
+        capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "LDPDIST_MAX_MEMORY": "512K"})
+    assert env_case.stdout.split() == ["refused", str(512 << 10)], env_case.stderr
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+
+INTERRUPTIBLE = {
+    "privatize": "m = ldpdist.SubsetSelection(10_000, 1.0); v = np.zeros(400_000, np.uint32); "
+                 "go(lambda: m.privatize(v, seed=1))",
+    "aggregate": "m = ldpdist.RAPPOR(16_384, 1.0); "
+                 "r = np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8); "
+                 "go(lambda: [m.aggregator().add(r) for _ in range(20)])",
+    "estimate": "m = ldpdist.RAPPOR(16_384, 1.0); "
+                "r = np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8); "
+                "go(lambda: [m.estimate(r) for _ in range(20)])",
+    "sign-matrix": "from ldpdist import kernels; go(lambda: kernels.SignMatrix(1, 4096, 2**22, 'balanced'))",
+    "rust-loop": "go(lambda: ldpdist._core._interruptible_sleep_for_tests(60))",
+}
+
+CTRL_C_PRELUDE = """
+import sys, time
+import numpy as np
+import ldpdist
+def go(call):
+    print("started", flush=True)
+    start = time.perf_counter()
+    try:
+        call()
+        print(f"finished {time.perf_counter() - start:.2f}", flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted {time.time()!r}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("name", sorted(INTERRUPTIBLE))
+def test_ctrl_c_interrupts_long_work_within_a_second(name):
+    child = subprocess.Popen([sys.executable, "-c", CTRL_C_PRELUDE + INTERRUPTIBLE[name]],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "started", child.stderr.read()
+        time.sleep(1.0)
+        sent = time.time()
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert "finished" not in out, f"{name} finished before the signal: make it longer ({out})"
+    caught = [line for line in out.splitlines() if line.startswith("interrupted ")]
+    assert caught, out + err
+    assert child.returncode == 0, err
+    latency = float(caught[0].split()[1]) - sent
+    assert latency < 1.0, f"{name}: KeyboardInterrupt {latency:.2f} s after SIGINT"
