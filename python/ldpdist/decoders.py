@@ -177,6 +177,8 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
         raise ValueError(f"sparsity is only used by decoder='sparse_project', not {decoder!r}")
     if n <= 0:
         raise ValueError("there are no reports to estimate from (n = 0)")
+    memory.check(f"decoder {decoder!r}", [("the estimate and its post-processing",
+                                           24 * mechanism.k)])
     if decoder == "ibu":
         result = iterative_bayesian_update(mechanism, counts, n, max_iter=max_iter, tol=tol)
         if not result.converged:

@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from . import memory
 from .decoders import DECODERS
 from .errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
 from .files import write_atomic
@@ -46,7 +47,7 @@ from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization
 from .mechanisms.aggregator import _MAGIC as STATE_MAGIC, _OLD_MAGICS as OLD_STATE_MAGICS
 from .mechanisms.base import Mechanism
 from .mechanisms.compressive import MATRIX_KINDS, MODELS, REGIMES
-from .reports import REPORTS_MAGIC, raw_batch_id, read_reports, write_reports
+from .reports import REPORTS_MAGIC, raw_file_batch_id, read_reports, write_reports
 from .specs import from_dict, parse_json, registered
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -100,7 +101,9 @@ def _done(command: str, message: str) -> None:
 
 
 def _read_bytes(path: str, what: str) -> bytes:
+    """The whole file, after checking that its size fits the memory budget."""
     try:
+        memory.check(f"reading {what} {path!r}", [("its bytes", os.path.getsize(path))])
         with open(path, "rb") as handle:
             return handle.read()
     except FileNotFoundError:
@@ -154,6 +157,18 @@ def _load_npy(data: bytes, path: str, what: str) -> np.ndarray:
         raise CliError(f"{what} {path!r} is not a readable .npy file: {_one_line(exc)}") from None
     if not isinstance(array, np.ndarray):  # pragma: no cover - np.load of a .npy is an array
         raise CliError(f"{what} {path!r} is not a .npy array")
+    return array
+
+
+def _map_npy(path: str) -> np.ndarray:
+    """A raw reports .npy, memory-mapped (nothing proportional to the file is allocated)."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError, pickle.UnpicklingError, TypeError) as exc:
+        raise CliError(f"reports file {path!r} is not a readable .npy file: "
+                       f"{_one_line(exc)}") from None
+    if not isinstance(array, np.ndarray):  # pragma: no cover - np.load of a .npy is an array
+        raise CliError(f"reports file {path!r} is not a .npy array")
     return array
 
 
@@ -312,10 +327,9 @@ def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
                 f"{path!r} is a plain .npy array: nothing in it says which spec made it. "
                 "Reports written by 'ldpdist privatize' carry their spec; for reports of this "
                 "spec from another system (e.g. the HR reference code) pass --raw-reports")
-        data = _read_bytes(path, "reports file")
-        reports = _load_npy(data, path, "reports file")
+        reports = _map_npy(path)
         check_raw_reports(reports, mech, path)
-        _add(aggregator, reports, path, mech, on_invalid, batch_id=raw_batch_id(data))
+        _add(aggregator, reports, path, mech, on_invalid, batch_id=raw_file_batch_id(path))
         return aggregator, "reports"
     raise CliError(f"{path!r} is neither an ldpdist reports file nor a state file "
                    f"{'nor a .npy array ' if raw_reports else ''}(bad magic bytes)")

@@ -46,7 +46,7 @@ from .specs import (canonical_json, fingerprint, from_dict, parse_json, spec_dif
                     spec_summary)
 
 __all__ = ["ReportBatch", "encode_reports", "decode_reports", "read_reports", "write_reports",
-           "raw_batch_id", "REPORTS_MAGIC"]
+           "raw_batch_id", "raw_file_batch_id", "REPORTS_MAGIC"]
 
 REPORTS_MAGIC = b"LDPDREP1"
 FORMAT_NAME = "ldpdist-reports"
@@ -263,3 +263,12 @@ def write_reports(path: Union[str, "os.PathLike[str]"], mechanism: Any,
 def raw_batch_id(data: Union[bytes, bytearray, memoryview]) -> str:
     """Batch id of a raw report file (no ldpdist header): ``"raw-"`` + SHA-256 of its bytes."""
     return "raw-" + hashlib.sha256(data).hexdigest()
+
+
+def raw_file_batch_id(path: Union[str, "os.PathLike[str]"]) -> str:
+    """:func:`raw_batch_id` of a file, read in blocks (nothing file-sized is allocated)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_HASH_BLOCK), b""):
+            digest.update(block)
+    return "raw-" + digest.hexdigest()
