@@ -17,10 +17,17 @@
 //! every value in `[0, n)` has probability exactly `1/n`; [`bernoulli_ratio`] is exact for a
 //! rational probability and [`bernoulli_f64`] is exact for the dyadic value of an `f64`.
 //! None of them uses floating-point arithmetic on random words.
+//!
+//! # Counts
+//! [`binomial`] and [`spread_uniform`] (a uniform multinomial by recursive halving) draw the
+//! counts of many users at once, for simulation (never for a user's own report): they are
+//! exact in law up to the double-precision arithmetic of `rand_distr::Binomial`, except
+//! Binomial(n, 1/2) for n ≤ 1024, which is exact.
 
 use crate::error::{Error, Result};
 use rand_chacha::{ChaCha12Rng, ChaCha20Rng};
 use rand_core::{Rng, SeedableRng};
+use rand_distr::{Binomial, Distribution};
 use rayon::prelude::*;
 
 /// A 256-bit generator key (little-endian bytes of the integer seed).
@@ -73,6 +80,24 @@ pub fn uniform_below<R: Rng + ?Sized>(rng: &mut R, n: u64) -> u64 {
         if let Some(v) = lemire_accept(rng.next_u32() as u64, n, 32) {
             return v;
         }
+    }
+}
+
+/// Uniform integer in `[0, n)`, exactly, for `1 ≤ n < 2^64`: [`uniform_below`] for
+/// `n ≤ 2^32` (the same words), else Lemire's method on 64-bit words (128-bit product).
+#[inline]
+pub fn uniform_below_u64<R: Rng + ?Sized>(rng: &mut R, n: u64) -> u64 {
+    debug_assert!(n >= 1);
+    if n <= 1 << 32 {
+        return uniform_below(rng, n);
+    }
+    loop {
+        let product = rng.next_u64() as u128 * n as u128;
+        let low = product as u64;
+        if low < n && low < n.wrapping_neg() % n {
+            continue;
+        }
+        return (product >> 64) as u64;
     }
 }
 
@@ -145,6 +170,85 @@ impl BernoulliThreshold {
 /// Bernoulli(p) exactly for the binary value of `p` (see [`BernoulliThreshold`]).
 pub fn bernoulli_f64<R: Rng + ?Sized>(rng: &mut R, p: f64) -> Result<bool> {
     Ok(BernoulliThreshold::new(p)?.sample(rng))
+}
+
+/// Binomial(n, 1/2) from the popcount of `n` random bits: exact, used up to this many trials.
+const HALF_BY_BITS_MAX: u64 = 1024;
+
+/// Binomial(n, p): the number of successes among `n` independent trials of probability `p`.
+///
+/// For `p = 1/2` and `n ≤ 1024` it is exact (the popcount of n random bits); otherwise it is
+/// `rand_distr::Binomial` (inversion below `n·min(p, 1 − p) = 10`, else BTPE; Kachitvichyanukul
+/// & Schmeiser 1988), exact in law up to its double-precision arithmetic (for `n > 2^53` the
+/// lowest bits of the result are not random). `p` outside `(0, 1)` gives the degenerate
+/// result (0 or n).
+#[inline]
+pub fn binomial<R: Rng + ?Sized>(rng: &mut R, n: u64, p: f64) -> u64 {
+    if n == 0 || !(p > 0.0) {
+        return 0;
+    }
+    if p >= 1.0 {
+        return n;
+    }
+    if p == 0.5 && n <= HALF_BY_BITS_MAX {
+        let mut left = n;
+        let mut ones = 0u64;
+        while left >= 64 {
+            ones += rng.next_u64().count_ones() as u64;
+            left -= 64;
+        }
+        if left > 0 {
+            ones += (rng.next_u64() & ((1u64 << left) - 1)).count_ones() as u64;
+        }
+        return ones;
+    }
+    Binomial::new(n, p)
+        .expect("0 < p < 1 is a valid binomial probability")
+        .sample(rng)
+}
+
+/// Counts at or below `DIRECT_PER_OUTPUT` users per output are spread by direct uniform draws
+/// (one per user) rather than by halving (about two binomial draws per output reached).
+const DIRECT_PER_OUTPUT: u64 = 2;
+
+/// A Multinomial(`count`; uniform over `[start, start + len)`) draw: calls `emit(position,
+/// users)` for positions that receive users (a position may be emitted more than once; the
+/// users of its calls add up).
+///
+/// Recursive halving: the users of `[lo, hi)` split between its halves by
+/// Binomial(count, left/len), exact in law because a multinomial's restriction to a part of
+/// its cells, given the part's total, is again multinomial. Recursion stops where the count
+/// is 0, so it costs `O(min(count·log len, len))` binomial draws; where there are at most
+/// `DIRECT_PER_OUTPUT` users per position they are placed one by one with
+/// [`uniform_below_u64`] instead (the same law, cheaper there).
+pub fn spread_uniform<R: Rng + ?Sized>(
+    rng: &mut R,
+    start: u64,
+    len: u64,
+    count: u64,
+    emit: &mut impl FnMut(u64, u64),
+) {
+    if count == 0 || len == 0 {
+        return;
+    }
+    if len == 1 {
+        emit(start, count);
+        return;
+    }
+    if count <= len.saturating_mul(DIRECT_PER_OUTPUT) {
+        for _ in 0..count {
+            emit(start + uniform_below_u64(rng, len), 1);
+        }
+        return;
+    }
+    let left = len / 2;
+    let to_left = if 2 * left == len {
+        binomial(rng, count, 0.5)
+    } else {
+        binomial(rng, count, left as f64 / len as f64)
+    };
+    spread_uniform(rng, start, left, to_left, emit);
+    spread_uniform(rng, start + left, len - left, count - to_left, emit);
 }
 
 /// Fill `out` in parallel: chunk `c` (of [`SAMPLE_CHUNK`] items) gets `stream(key, c)`.

@@ -60,13 +60,17 @@
 //! reported as it is.
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
-use super::{check_domain, check_epsilon, IndexMechanism};
+use super::{
+    add_uniform_reports, as_atomic, check_domain, check_epsilon, draw_own_counts, simulation_users,
+    IndexMechanism,
+};
 use crate::error::{Error, Result};
 use crate::omp::{omp_with_intercept, OmpStop};
-use crate::rng::{uniform_below, BernoulliThreshold, Key, StreamRng};
+use crate::rng::{binomial, uniform_below, BernoulliThreshold, Key, StreamRng};
 use crate::signs::{balanced_ones, fill_column, words_per_column, SignKind, SignMatrix, MAX_ROWS};
 use rand_core::Rng;
 use std::cell::RefCell;
+use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 thread_local! {
@@ -837,10 +841,141 @@ impl CompressivePrivatization {
     }
 }
 
+// -- simulation ------------------------------------------------------------------------
+
+impl CompressivePrivatization {
+    /// The probability `1 − α_x = (m·ρ(n_x) − n_x)/(m − n_x)` that a user of x reports
+    /// uniformly inside `C_x` (the +1 rows of column x) in the mixture form of the channel
+    /// (`mechanisms`, "Simulation"); 0 for a column with no −1 or no +1 entries, whose
+    /// channel is uniform.
+    fn own_set_weight(&self, x: u64) -> f64 {
+        let n = self.ones_of(x);
+        if n == 0 || n >= self.m {
+            return 0.0;
+        }
+        let rho = inside_probability(self.m, n, self.internal_epsilon);
+        (self.m as f64 * rho - n as f64) / (self.m - n) as f64
+    }
+
+    /// The report histogram of `true_counts[x]` users holding each value x, exact in law
+    /// (`mechanisms`, "Simulation"): for each value with users, `K_x` of them spread
+    /// uniformly over the +1 rows of column x by halving over bit ranges of the packed column
+    /// (O(min(K_x, n_x)·log m) binomial draws and O(m/64·log m) popcounts); the others
+    /// uniformly over all m reports. Uses the matrix (built on first use; its size was checked
+    /// at construction) and one array of m counts.
+    pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
+        simulation_users(self.k, true_counts)?;
+        let matrix = self.matrix();
+        let mut counts = crate::memory::allocate_zeroed::<u64>(self.m, "the report counts")?;
+        let cells = as_atomic(&mut counts);
+        let uniform = draw_own_counts(
+            key,
+            true_counts,
+            |x| self.own_set_weight(x),
+            |rng, x, kept| {
+                let column = matrix.column_bits(x as usize);
+                let ones = self.ones_of(x) as u64;
+                spread_over_ones(
+                    rng,
+                    column,
+                    0,
+                    64 * column.len(),
+                    ones,
+                    kept,
+                    &mut |y, n| {
+                        cells[y as usize].fetch_add(n, Ordering::Relaxed);
+                    },
+                )
+            },
+        )?;
+        add_uniform_reports(key, &mut counts, uniform)?;
+        Ok(counts)
+    }
+}
+
+/// Number of set bits of the packed `column` in the bit range `[lo, hi)`.
+fn ones_between(column: &[u64], lo: usize, hi: usize) -> u64 {
+    let mut total = 0u64;
+    let mut at = lo;
+    while at < hi {
+        let word = at / 64;
+        let end = ((word + 1) * 64).min(hi);
+        let width = end - at;
+        let mask = if width == 64 {
+            !0
+        } else {
+            ((1u64 << width) - 1) << (at % 64)
+        };
+        total += (column[word] & mask).count_ones() as u64;
+        at = end;
+    }
+    total
+}
+
+/// A Multinomial(`count`; uniform over the `ones` set bits of `column` in `[lo, hi)`) draw,
+/// emitted as `(row, users)`: recursive halving over bit ranges (word-aligned above one word)
+/// with Binomial(count, ones_left/ones) per split — exact in law, as for `rng::spread_uniform`
+/// — and direct draws of the r-th set bit inside a word once there are at most two users per
+/// set bit. Checks for interruption at every range of more than one word.
+fn spread_over_ones(
+    rng: &mut StreamRng,
+    column: &[u64],
+    lo: usize,
+    hi: usize,
+    ones: u64,
+    count: u64,
+    emit: &mut impl FnMut(u64, u64),
+) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    debug_assert!(ones > 0 && ones == ones_between(column, lo, hi));
+    let single_word = lo / 64 == (hi - 1) / 64;
+    if single_word {
+        let width = hi - lo;
+        let mask = if width == 64 {
+            !0
+        } else {
+            ((1u64 << width) - 1) << (lo % 64)
+        };
+        let word = column[lo / 64] & mask;
+        let base = (lo / 64 * 64) as u64;
+        if ones == 1 {
+            emit(base + word.trailing_zeros() as u64, count);
+            return Ok(());
+        }
+        if count <= 2 * ones {
+            for _ in 0..count {
+                let r = uniform_below(rng, ones) as u32;
+                emit(base + select_in_word(word, r) as u64, 1);
+            }
+            return Ok(());
+        }
+    } else {
+        crate::interrupt::check()?;
+    }
+    let mid = if single_word {
+        lo + (hi - lo) / 2
+    } else {
+        let (first, last) = (lo / 64, hi.div_ceil(64));
+        (first + (last - first) / 2) * 64
+    };
+    let left = ones_between(column, lo, mid);
+    let to_left = binomial(rng, count, left as f64 / ones as f64);
+    if left > 0 {
+        spread_over_ones(rng, column, lo, mid, left, to_left, emit)?;
+    }
+    if ones > left {
+        spread_over_ones(rng, column, mid, hi, ones - left, count - to_left, emit)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::{
-        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+        assert_simulate_matches_privatize_in_law, assert_simulation_law, channel_stats, chi_square,
+        empirical_row,
     };
     use super::super::{channel_matrix, privatize};
     use super::*;
@@ -1117,12 +1252,35 @@ mod tests {
     }
 
     #[test]
-    fn simulate_equals_privatizing_sorted_values() {
-        for (kind, regime, _) in SETTINGS {
-            let c = cp(30, 1.4, 12, 2, kind, regime);
-            let true_counts: Vec<u64> = (0..30).map(|x| (x * 4099 % 9000) as u64).collect();
-            assert_simulate_matches_privatize(&c, &true_counts, 6);
+    fn simulate_follows_the_exact_law() {
+        for (i, (kind, regime, name)) in SETTINGS.iter().enumerate() {
+            // m = 12 (one word), m = 70 and 130 (two and three words: halving over words).
+            for (k, m) in [(30u64, 12usize), (80, 70), (150, 130)] {
+                let c = cp(k, 1.4, m, 2, *kind, *regime);
+                let counts: Vec<u64> = (0..k)
+                    .map(|x| (x * 4099 % 900) + (x == 5) as u64 * 20_000)
+                    .collect();
+                let label = format!("{name} k {k} m {m}");
+                let seed = 1_000 * i as u64 + m as u64;
+                assert_simulation_law(&label, &c, &counts, 300, seed);
+                let few: Vec<u64> = counts.iter().map(|n| n % 3).collect();
+                assert_simulation_law(&format!("{label} few"), &c, &few, 300, seed + 1);
+                if m == 12 {
+                    assert_simulate_matches_privatize_in_law(&label, &c, &counts, 100, seed + 2);
+                }
+            }
         }
+        // Degenerate columns (m = 2, i.i.d.): uniform reports.
+        let c = cp(40, 0.8, 2, 5, MatrixKind::Rademacher, Regime::High);
+        assert!(c.column_ones().iter().any(|&n| n != 1));
+        let counts: Vec<u64> = (0..40).map(|x| x * 1_000_000_000).collect();
+        assert_simulation_law(
+            "m = 2, degenerate columns, 10^12 users",
+            &c,
+            &counts,
+            300,
+            9,
+        );
     }
 
     #[test]

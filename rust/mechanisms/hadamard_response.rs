@@ -22,10 +22,17 @@
 //! in ρ, so it never exceeds `e^ε`; the estimator uses the realized `Z' = h/ρ·…` probabilities.
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
-use super::{check_domain, check_epsilon, FastDiv, IndexMechanism};
+use super::{
+    add_uniform_reports, as_atomic, check_domain, check_epsilon, draw_own_counts,
+    simulation_footprint, simulation_stream, simulation_users, spread_interruptible, FastDiv,
+    IndexMechanism, Operation, SimulationPhase,
+};
 use crate::error::Result;
 use crate::hadamard::fwht_in_place;
-use crate::rng::{uniform_below, BernoulliThreshold, StreamRng};
+use crate::memory::{allocate_zeroed, Footprint};
+use crate::rng::{binomial, uniform_below, BernoulliThreshold, Key, StreamRng};
+use rayon::prelude::*;
+use std::sync::atomic::Ordering;
 
 #[derive(Clone, Debug)]
 pub struct HadamardResponse {
@@ -99,13 +106,31 @@ impl HadamardResponse {
     }
 
     /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`): the
-    /// estimate also holds the integer block transforms (two vectors of K).
-    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
+    /// estimate and `channel_apply` hold the block transforms (K), the block masses and the
+    /// result (k); `expected_frequencies` its result (K); a simulation one or two arrays of K
+    /// counts (two when it uses the Hadamard passes, [`Self::simulation_uses_passes`]).
+    pub fn footprint(&self, op: Operation) -> Footprint {
+        let name = "HadamardResponse";
         let outputs = self.blocks * self.b;
-        let f = super::vector_footprint("HadamardResponse", op, self.k, outputs);
+        let transforms = |f: Footprint| {
+            f.add("block transforms", outputs, 8)
+                .add("block masses", self.blocks, 8)
+                .add("the result", self.k, 8)
+        };
         match op {
-            super::Operation::Estimate => f.add("block transforms", 2 * outputs, 8),
-            _ => f,
+            Operation::Estimate => transforms(Footprint::new(format!("{name} estimate"))),
+            Operation::ChannelProduct => {
+                transforms(Footprint::new(format!("{name} channel product")))
+            }
+            Operation::Simulate { users } => simulation_footprint(
+                name,
+                outputs,
+                if self.simulation_uses_passes(users) {
+                    2
+                } else {
+                    1
+                },
+            ),
         }
     }
 
@@ -167,9 +192,9 @@ impl HadamardResponse {
         }
     }
 
-    /// Report counts per block, transformed: `out[j·b + r] = (H_b c_j)_r` (exact integers).
-    fn block_transforms(&self, counts: &[i64]) -> Vec<i64> {
-        let mut t = counts.to_vec();
+    /// Report counts per block, transformed in place: `t[j·b + r] = (H_b c_j)_r` (exact
+    /// integers: every |entry| is at most the number of reports).
+    fn block_transforms(&self, mut t: Vec<i64>) -> Vec<i64> {
         for block in t.chunks_exact_mut(self.b as usize) {
             fwht_in_place(block);
         }
@@ -178,8 +203,7 @@ impl HadamardResponse {
 
     /// Unbiased estimate from the report histogram (length K, `n > 0`).
     pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        let ints: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
-        let t = self.block_transforms(&ints);
+        let t = self.block_transforms(counts.iter().map(|&c| c as i64).collect());
         let freq_of = |v: i64| v as f64 / n as f64;
         self.estimate_from_transforms(|j, r| freq_of(t[(j * self.b + r) as usize]))
     }
@@ -248,6 +272,150 @@ impl HadamardResponse {
             .collect()
     }
 
+    /// The probability `1 − α = (K·ρ − h)/(K − h)` that a user reports uniformly inside its
+    /// own set `C_x` in the mixture form of the channel (`mechanisms`, "Simulation").
+    fn own_set_weight(&self) -> f64 {
+        let (h, outputs) = (self.h(), self.outputs());
+        (outputs * self.rho - h) / (outputs - h)
+    }
+
+    /// Whether a simulation of `users` users draws the own sets by the Hadamard passes (when
+    /// the expected own-set users number at least [`PASSES_ABOVE`] per output) rather than
+    /// value by value.
+    pub fn simulation_uses_passes(&self, users: u64) -> bool {
+        users as f64 * self.own_set_weight() >= PASSES_ABOVE * self.outputs()
+    }
+
+    /// The report histogram of `true_counts[x]` users holding each value x, exact in law
+    /// (module documentation, "Simulation").
+    pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
+        let users = simulation_users(self.k, true_counts)?;
+        self.simulate_with(key, true_counts, self.simulation_uses_passes(users))
+    }
+
+    fn simulate_with(&self, key: &Key, true_counts: &[u64], passes: bool) -> Result<Vec<u64>> {
+        self.simulate_with_chunk(key, true_counts, passes, PASS_CHUNK)
+    }
+
+    /// With `chunk` positions per task of the passes (a power of two; tests use small ones).
+    fn simulate_with_chunk(
+        &self,
+        key: &Key,
+        true_counts: &[u64],
+        passes: bool,
+        chunk: usize,
+    ) -> Result<Vec<u64>> {
+        simulation_users(self.k, true_counts)?;
+        let size = self.output_size_usize();
+        let own = self.own_set_weight();
+        let b = self.b;
+        let half = b / 2;
+        let mut counts = allocate_zeroed::<u64>(size, "the report counts")?;
+        let uniform = if passes {
+            // K_x goes to its state (block j, row r, even): the passes spread it.
+            let mut odd = allocate_zeroed::<u64>(size, "the odd-parity states")?;
+            let cells = as_atomic(&mut counts);
+            let uniform = draw_own_counts(
+                key,
+                true_counts,
+                |_| own,
+                |_, x, kept| {
+                    let (j, r) = self.place(x);
+                    cells[(j * b + r) as usize].store(kept, Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
+            self.own_sets_by_passes(key, &mut counts, &mut odd, chunk)?;
+            uniform
+        } else {
+            let cells = as_atomic(&mut counts);
+            draw_own_counts(
+                key,
+                true_counts,
+                |_| own,
+                |rng, x, kept| {
+                    let (j, r) = self.place(x);
+                    spread_interruptible(rng, 0, half, kept, &mut |v, n| {
+                        let w = Self::nth_with_parity(r, v, false);
+                        cells[(j * b + w) as usize].fetch_add(n, Ordering::Relaxed);
+                    })
+                },
+            )?
+        };
+        add_uniform_reports(key, &mut counts, uniform)?;
+        Ok(counts)
+    }
+
+    /// The own-set reports of the kept counts placed at `even[j·b + r]`, by the Hadamard
+    /// passes (module documentation, "Simulation"); the result is left in `even`, and `odd`
+    /// (zero on entry) is zero again on return.
+    fn own_sets_by_passes(
+        &self,
+        key: &Key,
+        even: &mut [u64],
+        odd: &mut [u64],
+        chunk: usize,
+    ) -> Result<()> {
+        debug_assert!(chunk.is_power_of_two());
+        let bits = self.b.trailing_zeros();
+        let low = bits.min(chunk.trailing_zeros());
+        for beta in (low..bits).rev() {
+            let half = 1usize << beta;
+            let tasks_per_group = half / chunk;
+            even.par_chunks_mut(2 * half)
+                .zip(odd.par_chunks_mut(2 * half))
+                .enumerate()
+                .flat_map(|(group, (e, o))| {
+                    let (e0, e1) = e.split_at_mut(half);
+                    let (o0, o1) = o.split_at_mut(half);
+                    e0.par_chunks_mut(chunk)
+                        .zip(e1.par_chunks_mut(chunk))
+                        .zip(o0.par_chunks_mut(chunk).zip(o1.par_chunks_mut(chunk)))
+                        .enumerate()
+                        .map(move |(t, lanes)| (group * tasks_per_group + t, t * chunk, lanes))
+                })
+                .try_for_each(|(task, offset, ((e0, e1), (o0, o1)))| {
+                    crate::interrupt::check()?;
+                    let id = (beta as u64) << 40 | task as u64;
+                    let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+                    for i in 0..e0.len() {
+                        butterfly(
+                            &mut rng,
+                            offset + i,
+                            &mut e0[i],
+                            &mut o0[i],
+                            &mut e1[i],
+                            &mut o1[i],
+                        );
+                    }
+                    Ok(())
+                })?;
+        }
+        // The bits below `low`: every chunk of `chunk` positions (or of whole blocks, when
+        // b is smaller) holds complete butterflies.
+        even.par_chunks_mut(chunk)
+            .zip(odd.par_chunks_mut(chunk))
+            .enumerate()
+            .try_for_each(|(task, (e, o))| {
+                crate::interrupt::check()?;
+                let id = LOW_PASSES << 40 | task as u64;
+                let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+                for beta in (0..low).rev() {
+                    let half = 1usize << beta;
+                    for group in (0..e.len()).step_by(2 * half) {
+                        for i in 0..half {
+                            let (lo, hi) = (group + i, group + half + i);
+                            let (e0, e1) = pair(e, lo, hi);
+                            let (o0, o1) = pair(o, lo, hi);
+                            butterfly(&mut rng, i, e0, o0, e1, o1);
+                        }
+                    }
+                }
+                debug_assert!(o.iter().all(|&v| v == 0));
+                Ok(())
+            })
+    }
+
     /// The v-th (0-based) w in `[0, b)` with `popcount(r & w)` of the given parity.
     #[inline]
     fn nth_with_parity(r: u64, v: u64, odd: bool) -> u64 {
@@ -285,12 +453,63 @@ impl IndexMechanism for HadamardResponse {
     }
 }
 
+/// Expected own-set users per output from which a simulation uses the Hadamard passes
+/// (O(K log b) work whatever the counts) rather than drawing value by value (O(users)).
+const PASSES_ABOVE: f64 = 4.0;
+
+/// Positions per task of the Hadamard passes.
+const PASS_CHUNK: usize = 1 << 12;
+
+/// Stream-index tag of the passes over the bits below `log2 PASS_CHUNK` (the other passes
+/// use their bit number, below 64).
+const LOW_PASSES: u64 = 0xFF;
+
+/// Two distinct elements of a slice, mutably (`lo < hi`).
+fn pair(s: &mut [u64], lo: usize, hi: usize) -> (&mut u64, &mut u64) {
+    let (a, b) = s.split_at_mut(hi);
+    (&mut a[lo], &mut b[0])
+}
+
+/// One step of the Hadamard passes (module documentation, "Simulation") on the states of a
+/// position pair `(z, z + 2^β)` of a sub-block of size `2^(β+1)`: `(e0, o0)` are the even/odd
+/// counts of row `r'` (`= r_low`, the low β bits), `(e1, o1)` those of row `2^β + r'`. Each
+/// count is the number of users still uniform over `{w : parity(row & w) = p}`; splitting
+/// `w` on bit β sends row `r'` (bit β clear) to both halves with parity p, and row
+/// `2^β + r'` to the lower half with p and to the upper half with `1 − p`. Both halves hold
+/// equally many such w when `r' ≠ 0` (Binomial(c, 1/2) each); when `r' = 0` the even set
+/// of row 0 is the whole range (halves equal) and row `2^β` puts its even users all in the
+/// lower half, its odd users all in the upper half (where they become even for row 0).
+#[inline]
+fn butterfly(
+    rng: &mut StreamRng,
+    r_low: usize,
+    e0: &mut u64,
+    o0: &mut u64,
+    e1: &mut u64,
+    o1: &mut u64,
+) {
+    let (a0, a1, b0, b1) = (*e0, *o0, *e1, *o1);
+    if a0 | a1 | b0 | b1 == 0 {
+        return;
+    }
+    let (l0, l1) = (binomial(rng, a0, 0.5), binomial(rng, a1, 0.5));
+    let (m0, m1) = if r_low != 0 {
+        (binomial(rng, b0, 0.5), binomial(rng, b1, 0.5))
+    } else {
+        (b0, 0)
+    };
+    *e0 = l0 + m0;
+    *o0 = l1 + m1;
+    *e1 = (a0 - l0) + (b1 - m1);
+    *o1 = (a1 - l1) + (b0 - m0);
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::channel_matrix;
     use super::super::testing::{
-        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
-        expected_from_rows,
+        assert_law_of, assert_simulate_matches_privatize_in_law, assert_simulation_law,
+        channel_stats, chi_square, empirical_row, expected_from_rows,
     };
     use super::*;
     use crate::hadamard::sylvester_entry;
@@ -392,10 +611,61 @@ mod tests {
         }
     }
 
+    /// Instances of every shape: B = 1 with b = 16, B = 2, many blocks of b = 4, and b = 2
+    /// (one output per own set).
+    fn simulation_instances() -> Vec<(HadamardResponse, Vec<u64>)> {
+        let counts = |k: u64| {
+            (0..k)
+                .map(|x| (x * 997 % 130) + (x % 3 == 0) as u64 * 500)
+                .collect()
+        };
+        let mut out = vec![];
+        for (k, eps, blocks, shape) in [
+            (9u64, 0.5, None, (1u64, 16u64, 16u64)),
+            (10, 1.0, Some(2), (2, 8, 16)),
+            (10, 2.0, Some(4), (4, 4, 16)),
+            (6, 3.0, Some(8), (8, 2, 12)),
+        ] {
+            let m = HadamardResponse::with_blocks(k, eps, blocks).unwrap();
+            assert_eq!(m.shape(), shape, "k {k} eps {eps}");
+            out.push((m, counts(k)));
+        }
+        out
+    }
+
     #[test]
-    fn simulate_equals_privatizing_sorted_values() {
-        let m = HadamardResponse::new(20, 2.0).unwrap();
-        let true_counts: Vec<u64> = (0..20).map(|x| (x * 997 % 13000) as u64).collect();
-        assert_simulate_matches_privatize(&m, &true_counts, 4);
+    fn simulate_follows_the_exact_law_by_both_own_set_algorithms() {
+        for (i, (m, counts)) in simulation_instances().into_iter().enumerate() {
+            let label = format!("shape {:?}", m.shape());
+            let seed = 100 * i as u64;
+            // Value by value, with few and with many users per value.
+            let few: Vec<u64> = counts.iter().map(|c| c % 7).collect();
+            let m = &m;
+            let by = |passes: bool, chunk: usize| {
+                move |key: &Key, c: &[u64]| m.simulate_with_chunk(key, c, passes, chunk).unwrap()
+            };
+            let what = format!("{label} by value, few users");
+            assert_law_of(&what, m, by(false, 1), &few, 300, seed);
+            let what = format!("{label} by value");
+            assert_law_of(&what, m, by(false, 1), &counts, 300, seed + 1);
+            // Hadamard passes with chunks of 2 and 4 positions, so that bits are transformed
+            // both in their own passes and inside a chunk.
+            for chunk in [2usize, 4, PASS_CHUNK] {
+                let what = format!("{label} passes, chunk {chunk}");
+                assert_law_of(&what, m, by(true, chunk), &counts, 300, seed + 2);
+            }
+            assert_simulate_matches_privatize_in_law(&label, m, &counts, 200, seed + 3);
+        }
+    }
+
+    #[test]
+    fn simulate_chooses_the_passes_for_many_users_and_is_exact_at_10_to_the_12() {
+        let m = HadamardResponse::new(9, 0.5).unwrap();
+        assert!(!m.simulation_uses_passes(10));
+        assert!(m.simulation_uses_passes(1_000_000));
+        let huge: Vec<u64> = (0..9).map(|x| (x + 1) * 100_000_000_000).collect();
+        assert_simulation_law("10^12 users", &m, &huge, 300, 77);
+        let few = [0u64, 3, 0, 0, 1, 0, 0, 0, 2];
+        assert_simulation_law("6 users", &m, &few, 400, 78);
     }
 }

@@ -84,10 +84,16 @@
 //! Counts are summed as f64, exactly (every partial sum is an integer ≤ n < 2^53).
 
 use super::randomized_response::{round_down, PRIVACY_MARGIN_ULPS};
-use super::{check_domain, check_epsilon, IndexMechanism};
+use super::{
+    add_uniform_reports, as_atomic, check_domain, check_epsilon, draw_own_counts,
+    simulation_footprint, simulation_stream, simulation_users, spread_interruptible,
+    IndexMechanism, Operation, SimulationPhase,
+};
 use crate::error::{Error, Result};
-use crate::rng::{uniform_below, BernoulliThreshold, StreamRng};
+use crate::memory::{allocate_zeroed, Footprint};
+use crate::rng::{spread_uniform, uniform_below, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
+use std::sync::atomic::Ordering;
 
 /// The largest prime below 2^32: the largest g (`uniform_below` draws from at most 2^32).
 pub const LARGEST_PRIME_BELOW_2_32: u64 = 4_294_967_291;
@@ -354,14 +360,32 @@ impl OptimizedLocalHashing {
         self.epsilon
     }
 
-    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
-    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
-        super::vector_footprint(
-            "OptimizedLocalHashing",
-            op,
-            self.k,
-            super::IndexMechanism::output_size(self),
-        )
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`). The
+    /// estimate and the channel products hold at most two arrays of `S = g^{t+1}` floats (the
+    /// digit passes' source and destination; hash by hash: the weights and the list of hashes
+    /// with reports, at most `2·g^t` entries while it is collected) and the result (k); a
+    /// simulation one or two arrays of S counts (two with the digit passes,
+    /// [`Self::simulation_uses_digit_passes`]).
+    pub fn footprint(&self, op: Operation) -> Footprint {
+        let name = "OptimizedLocalHashing";
+        let outputs = self.hashes * self.g;
+        let linear = |f: Footprint| {
+            f.add("two work arrays of g^(t+1)", 2 * outputs, 8)
+                .add("the result", self.k, 8)
+        };
+        match op {
+            Operation::Estimate => linear(Footprint::new(format!("{name} estimate"))),
+            Operation::ChannelProduct => linear(Footprint::new(format!("{name} channel product"))),
+            Operation::Simulate { users } => simulation_footprint(
+                name,
+                outputs,
+                if self.simulation_uses_digit_passes(users) {
+                    2
+                } else {
+                    1
+                },
+            ),
+        }
     }
 
     /// The prime modulus g (hash values lie in `[0, g)`).
@@ -466,12 +490,13 @@ impl OptimizedLocalHashing {
         (self.t as u128) * (self.g as u128) * (self.g as u128) <= self.k as u128
     }
 
-    /// `S(x) = Σ_A w[A·g + h_A(x)]` for x < k (w of length g^{t+1}).
-    fn adjoint(&self, w: &[f64]) -> Vec<f64> {
+    /// `S(x) = Σ_A w[A·g + h_A(x)]` for x < k (w of length g^{t+1}; the digit passes reuse
+    /// its storage).
+    fn adjoint(&self, w: Vec<f64>) -> Vec<f64> {
         if self.digit_passes_are_cheaper() {
-            self.adjoint_by_digits(w)
+            self.adjoint_by_digits_owned(w)
         } else {
-            self.adjoint_by_hash(w)
+            self.adjoint_by_hash(&w)
         }
     }
 
@@ -531,9 +556,14 @@ impl OptimizedLocalHashing {
         src
     }
 
+    #[cfg(test)]
     fn adjoint_by_digits(&self, w: &[f64]) -> Vec<f64> {
+        self.adjoint_by_digits_owned(w.to_vec())
+    }
+
+    fn adjoint_by_digits_owned(&self, w: Vec<f64>) -> Vec<f64> {
         let g = self.g as usize;
-        let d = self.digit_passes(w.to_vec(), false);
+        let d = self.digit_passes(w, false);
         (0..self.k as usize).map(|x| d[g * x]).collect()
     }
 
@@ -600,7 +630,7 @@ impl OptimizedLocalHashing {
     /// histogram (length g^{t+1}). Exact below 2^53 reports.
     pub fn support_counts(&self, counts: &[u64]) -> Vec<f64> {
         let w: Vec<f64> = counts.par_iter().map(|&c| c as f64).collect();
-        self.adjoint(&w)
+        self.adjoint(w)
     }
 
     /// Row x of the channel matrix (length g^{t+1}).
@@ -631,7 +661,7 @@ impl OptimizedLocalHashing {
     pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
         let inv_g = 1.0 / self.g as f64;
         let gap = self.p - inv_g;
-        self.adjoint(freq)
+        self.adjoint(freq.to_vec())
             .into_iter()
             .map(|s| (s - inv_g) / gap)
             .collect()
@@ -653,14 +683,136 @@ impl OptimizedLocalHashing {
     /// [`expected_frequencies`](Self::expected_frequencies).
     pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
         let (p, q) = self.probabilities();
-        let total: f64 = w.par_iter().sum();
+        // In index order (a parallel float sum would depend on the thread count).
+        let total: f64 = w.iter().sum();
         let scale = self.hashes as f64;
-        let mut s = self.adjoint(w);
+        let mut s = self.adjoint(w.to_vec());
         s.iter_mut()
             .for_each(|v| *v = (q * total + (p - q) * *v) / scale);
         s
     }
 }
+
+impl OptimizedLocalHashing {
+    /// The probability `1 − α = (g·p − 1)/(g − 1)` that a user reports from its own set
+    /// `{A·g + h_A(x)}` in the mixture form of the channel (`mechanisms`, "Simulation").
+    fn own_set_weight(&self) -> f64 {
+        let g = self.g as f64;
+        (g * self.p - 1.0) / (g - 1.0)
+    }
+
+    /// Whether a simulation of `users` users draws the own sets by digit passes: when they
+    /// cost less than value by value for many users (`g² ≤ k`, as for decoding: t passes of
+    /// `g^{t+2}` splits against `k·g^t` hashes) and the expected own-set users are at least
+    /// the number of outputs.
+    pub fn simulation_uses_digit_passes(&self, users: u64) -> bool {
+        self.g * self.g <= self.k
+            && users as f64 * self.own_set_weight() >= (self.hashes * self.g) as f64
+    }
+
+    /// The report histogram of `true_counts[x]` users holding each value x, exact in law
+    /// (module documentation, "Simulation").
+    pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
+        let users = simulation_users(self.k, true_counts)?;
+        self.simulate_with(key, true_counts, self.simulation_uses_digit_passes(users))
+    }
+
+    fn simulate_with(&self, key: &Key, true_counts: &[u64], passes: bool) -> Result<Vec<u64>> {
+        self.simulate_with_tasks(key, true_counts, passes, PASS_ENTRIES)
+    }
+
+    /// With about `entries` source entries per task of the digit passes (tests use few).
+    fn simulate_with_tasks(
+        &self,
+        key: &Key,
+        true_counts: &[u64],
+        passes: bool,
+        entries: usize,
+    ) -> Result<Vec<u64>> {
+        simulation_users(self.k, true_counts)?;
+        let size = (self.hashes * self.g) as usize;
+        let own = self.own_set_weight();
+        let g = self.g;
+        let mut counts = allocate_zeroed::<u64>(size, "the report counts")?;
+        let uniform = if passes {
+            // K_x at index g·x (offset 0, digits of x): the passes draw the hash digits.
+            let cells = as_atomic(&mut counts);
+            let uniform = draw_own_counts(
+                key,
+                true_counts,
+                |_| own,
+                |_, x, kept| {
+                    cells[(g * x) as usize].store(kept, Ordering::Relaxed);
+                    Ok(())
+                },
+            )?;
+            counts = self.own_sets_by_digit_passes(key, counts, entries)?;
+            uniform
+        } else {
+            let cells = as_atomic(&mut counts);
+            draw_own_counts(
+                key,
+                true_counts,
+                |_| own,
+                |rng, x, kept| {
+                    spread_interruptible(rng, 0, self.hashes, kept, &mut |a, n| {
+                        let y = self.hash(a, x);
+                        cells[(a * g + y) as usize].fetch_add(n, Ordering::Relaxed);
+                    })
+                },
+            )?
+        };
+        add_uniform_reports(key, &mut counts, uniform)?;
+        Ok(counts)
+    }
+
+    /// The own-set reports of the counts `src[g·x] = K_x`, by the sampling version of the
+    /// forward digit passes (module documentation, "Simulation").
+    fn own_sets_by_digit_passes(
+        &self,
+        key: &Key,
+        mut src: Vec<u64>,
+        entries: usize,
+    ) -> Result<Vec<u64>> {
+        let g = self.g as usize;
+        let hashes = self.hashes as usize;
+        let rest = hashes / g; // g^{t−1} values of R
+        let mut dst = allocate_zeroed::<u64>(src.len(), "the digit passes' destination")?;
+        // Values of R per task: about `entries` source entries.
+        let per_task = (entries / (g * g)).max(1);
+        for pass in 0..self.t as u64 {
+            dst.par_iter_mut().for_each(|v| *v = 0);
+            let cells = as_atomic(&mut dst);
+            src.par_chunks(g * g * per_task)
+                .enumerate()
+                .try_for_each(|(task, block)| {
+                    crate::interrupt::check()?;
+                    let id = pass << 40 | task as u64;
+                    let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+                    let first = task * per_task;
+                    for (i, entries) in block.chunks_exact(g * g).enumerate() {
+                        let r = first + i;
+                        for (v, row) in entries.chunks_exact(g).enumerate() {
+                            for (o, &c) in row.iter().enumerate() {
+                                spread_uniform(&mut rng, 0, g as u64, c, &mut |u, n| {
+                                    let u = u as usize;
+                                    let y = (o + u * v) % g;
+                                    cells[y + g * r + hashes * u].fetch_add(n, Ordering::Relaxed);
+                                });
+                            }
+                        }
+                    }
+                    Ok::<(), crate::error::Error>(())
+                })?;
+            debug_assert!(rest * g * g == src.len());
+            std::mem::swap(&mut src, &mut dst);
+        }
+        Ok(src)
+    }
+}
+
+/// Source entries per task of the simulation's digit passes.
+const PASS_ENTRIES: usize = 1 << 12;
 
 impl IndexMechanism for OptimizedLocalHashing {
     fn domain(&self) -> u64 {
@@ -694,8 +846,8 @@ impl IndexMechanism for OptimizedLocalHashing {
 #[cfg(test)]
 mod tests {
     use super::super::testing::{
-        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
-        expected_from_rows,
+        assert_law_of, assert_simulate_matches_privatize_in_law, assert_simulation_law,
+        channel_stats, chi_square, empirical_row, expected_from_rows,
     };
     use super::super::{aggregate, channel_matrix, privatize};
     use super::*;
@@ -1068,10 +1220,68 @@ mod tests {
     }
 
     #[test]
-    fn simulate_equals_privatizing_sorted_values() {
-        let m = OptimizedLocalHashing::new(20, 2.0).unwrap();
-        let true_counts: Vec<u64> = (0..20).map(|x| (x * 997 % 13000) as u64).collect();
-        assert_simulate_matches_privatize(&m, &true_counts, 4);
+    fn simulate_follows_the_exact_law_by_both_own_set_algorithms() {
+        // (k, ε, g): (9, 1) → g = 3, t = 2, 27 outputs; (30, 1, 5): t = 3, 625 outputs;
+        // (10, 2, 2): t = 4, 32 outputs; (7, 3, 11): t = 1, 121 outputs (g² > k).
+        for (i, (k, eps, g)) in [
+            (9u64, 1.0, None),
+            (30, 1.0, Some(5u64)),
+            (10, 2.0, Some(2)),
+            (7, 3.0, Some(11)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let m = match g {
+                None => OptimizedLocalHashing::new(k, eps).unwrap(),
+                Some(g) => OptimizedLocalHashing::with_prime(k, eps, g).unwrap(),
+            };
+            let label = format!("k {k} g {} t {}", m.g, m.t);
+            let counts: Vec<u64> = (0..k)
+                .map(|x| (x * 997 % 130) + (x % 3 == 0) as u64 * 900)
+                .collect();
+            let few: Vec<u64> = counts.iter().map(|c| c % 5).collect();
+            let m = &m;
+            let by = |passes: bool, entries: usize| {
+                move |key: &Key, c: &[u64]| m.simulate_with_tasks(key, c, passes, entries).unwrap()
+            };
+            let seed = 1_000 * i as u64;
+            assert_law_of(
+                &format!("{label} by value, few"),
+                m,
+                by(false, 1),
+                &few,
+                300,
+                seed,
+            );
+            assert_law_of(
+                &format!("{label} by value"),
+                m,
+                by(false, 1),
+                &counts,
+                300,
+                seed + 1,
+            );
+            // Digit passes with one R per task and with the default task size.
+            for entries in [1usize, PASS_ENTRIES] {
+                let what = format!("{label} digit passes, {entries} entries per task");
+                assert_law_of(&what, m, by(true, entries), &counts, 300, seed + 2);
+            }
+            assert_simulate_matches_privatize_in_law(&label, m, &counts, 150, seed + 3);
+        }
+    }
+
+    #[test]
+    fn simulate_chooses_digit_passes_for_many_users_and_is_exact_at_10_to_the_12() {
+        let m = OptimizedLocalHashing::new(9, 1.0).unwrap();
+        assert_eq!((m.g, m.t), (3, 2));
+        assert!(!m.simulation_uses_digit_passes(20));
+        assert!(m.simulation_uses_digit_passes(1_000_000));
+        // g² > k: never (value by value is cheaper for any number of users).
+        let wide = OptimizedLocalHashing::with_prime(7, 3.0, 11).unwrap();
+        assert!(!wide.simulation_uses_digit_passes(u64::MAX));
+        let huge: Vec<u64> = (0..9).map(|x| (x + 1) * 100_000_000_000).collect();
+        assert_simulation_law("10^12 users", &m, &huge, 300, 91);
     }
 
     #[test]

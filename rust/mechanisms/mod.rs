@@ -3,14 +3,53 @@
 //!
 //! Shared machinery here:
 //! * [`IndexMechanism`]: mechanisms whose report is one integer in `[0, output_size)`, with
-//!   generic parallel [`privatize`], [`aggregate`] (histogram with validation) and
-//!   [`simulate`] (the report histogram of given users, without storing their reports).
+//!   generic parallel [`privatize`] and [`aggregate`] (histogram with validation, all or
+//!   nothing, in O(output_size) memory), and the helpers of their simulations (below).
 //! * validation of ε and k, and the report integer types.
 //!
 //! Reproducibility: user `u` (0-based position in the input) is privatized with the stream
-//! of chunk `u / SAMPLE_CHUNK` (see `rng`). `simulate(true_counts)` enumerates users in value
-//! order with the same chunking, so its histogram equals — exactly, for the same seed — the
-//! histogram of `privatize` applied to the values sorted in increasing order.
+//! of chunk `u / SAMPLE_CHUNK` (see `rng`). A simulation draws from streams of its own, one
+//! per fixed chunk of values or of outputs, so a seeded simulation is bit-identical whatever
+//! the thread count; it has the law of privatizing the users, but is not the histogram of
+//! privatizing them in any particular order with the same key.
+//!
+//! # Simulation
+//! `simulate(true_counts)` draws the report histogram of `n_x = true_counts[x]` independent
+//! users holding each value x, exactly in law, at a cost that does not grow with the number
+//! of users. Every index mechanism's realized channel takes one value `a_x` on a set
+//! `C_x` of `h_x` outputs (the value's *own set*) and another, `c_x < a_x`, on the other
+//! `S − h_x` outputs, so that `h_x a_x + (S − h_x) c_x = 1`. It is therefore the mixture
+//!
+//! `Q(·|x) = α_x·U(all S outputs) + (1 − α_x)·U(C_x)`,  `α_x = S·c_x`,
+//!
+//! with `U(A)` the uniform distribution on A: off `C_x` the mixture gives `α_x/S = c_x`; on
+//! `C_x`, `c_x + (1 − S c_x)/h_x = a_x` by the normalization. Per mechanism (with the
+//! probabilities the sampler actually uses, not the unrounded formulas):
+//! * randomized response: `C_x = {x}`, `1 − α = (k·p − 1)/(k − 1)` (keep probability p);
+//! * Hadamard response: `C_x` of the (b, B) construction, `h = b/2`,
+//!   `1 − α = (K·ρ − h)/(K − h)` (ρ the probability of reporting inside `C_x`);
+//! * local hashing: `C_x = {A·g + h_A(x) : A < g^t}`, `h = g^t`,
+//!   `1 − α = (g·p − 1)/(g − 1)` (p the keep probability of g-ary randomized response);
+//! * compressive privatization: `C_x` the +1 rows of column x, `h = n_x`,
+//!   `1 − α = (m·ρ(n_x) − n_x)/(m − n_x)` (0 for a column with no −1 or no +1 entries).
+//!
+//! These weights are computed in double precision from the realized probabilities (an error
+//! of a few 1e−16, below the accuracy of the floating-point binomial sampler that uses them).
+//! Users being independent, the histogram is then
+//!
+//! `counts = Mult(U; U(all)) + Σ_x Mult(K_x; U(C_x))`, `K_x ~ Binomial(n_x, 1 − α_x)`,
+//! `U = Σ_x (n_x − K_x)`
+//!
+//! (a sum of independent multinomials with the same cell probabilities is one multinomial of
+//! the summed count). [`draw_own_counts`] draws the `K_x` (one binomial per value);
+//! [`add_uniform_reports`] draws the uniform part by recursive halving
+//! (`rng::spread_uniform`: the users of a range split between its halves by a binomial,
+//! stopping where the count is 0), O(min(U, S)) draws; each mechanism draws its own sets
+//! (see its module), in O(S) memory with no per-thread histogram. The binomials are
+//! `rand_distr`'s (see `rng::binomial`): exact in law up to their double-precision
+//! arithmetic. The cost is independent of n once n exceeds the output size (n = 10^12 users of
+//! k = 10^4 values take milliseconds); a simulation's memory is a few arrays of S counts
+//! (`Estimator::footprint`).
 
 pub mod compressive;
 pub mod hadamard_response;
@@ -21,8 +60,9 @@ pub mod unary_encoding;
 
 use crate::error::{Error, Result};
 use crate::memory::Footprint;
-use crate::rng::{par_fill_chunks, stream, Key, StreamRng, SAMPLE_CHUNK};
+use crate::rng::{binomial, par_fill_chunks, spread_uniform, stream, Key, StreamRng, SAMPLE_CHUNK};
 use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Largest supported domain: values travel as u32.
 pub const MAX_DOMAIN: u64 = 1 << 32;
@@ -201,47 +241,92 @@ pub struct Tally {
     pub first_invalid: Option<usize>,
 }
 
-/// Add the histogram of `reports` to `counts` (length `output_size`). Reports out of range
-/// are counted in the tally; with `drop_invalid == false` any of them is an error and
-/// `counts` is left untouched.
+/// Output sizes up to this many counts (1 MiB of u64) are histogrammed in private tables, at
+/// most one per worker thread: cache-sized, so the increments stay in cache and need no
+/// atomics. Larger outputs are counted in place ([`aggregate`]).
+pub const PRIVATE_HISTOGRAM_MAX: usize = 1 << 17;
+
+/// Reports per chunk of aggregation (the unit of interruption and of roll-back).
+pub const AGGREGATE_CHUNK: usize = 1 << 16;
+
+/// How [`aggregate`] counts `reports` reports into `size` counts: private tables (how many),
+/// or in place.
+fn private_tables(size: usize, reports: usize) -> Option<usize> {
+    (size <= PRIVATE_HISTOGRAM_MAX).then(|| {
+        rayon::current_num_threads()
+            .min(reports.div_ceil(AGGREGATE_CHUNK))
+            .max(1)
+    })
+}
+
+/// The buffers [`aggregate`] allocates to count `reports` reports into `size` counts (checked
+/// by [`aggregate`] itself before it allocates): for small outputs one private table of
+/// `size` counts per part (at most one per worker thread, so at most threads × 1 MiB); for
+/// large outputs one roll-back flag per chunk of [`AGGREGATE_CHUNK`] reports. Never
+/// O(threads × size) for a large output.
+pub fn aggregation_footprint(size: u64, reports: u64) -> Footprint {
+    let f = Footprint::new(format!("aggregating {reports} reports into {size} counts"));
+    match private_tables(size.min(usize::MAX as u64) as usize, reports as usize) {
+        Some(parts) => f.add("per-thread tables", (parts as u64).saturating_mul(size), 8),
+        None => f.add(
+            "roll-back flags",
+            reports.div_ceil(AGGREGATE_CHUNK as u64),
+            1,
+        ),
+    }
+}
+
+/// Add the histogram of `reports` to `counts` (length `output_size`); see
+/// [`aggregate_with_total`], which this is with the total of `counts` computed here.
 pub fn aggregate<R: ReportInt>(
     reports: &[R],
     counts: &mut [u64],
     drop_invalid: bool,
 ) -> Result<Tally> {
-    let size = counts.len() as u64;
-    // One histogram per worker thread (not per rayon split): for large output spaces the
-    // histograms, not the reports, dominate the cost.
-    let part = reports
-        .len()
-        .div_ceil(rayon::current_num_threads())
-        .max(SAMPLE_CHUNK);
-    let (histogram, invalid) = reports
-        .par_chunks(part)
-        .map(|chunk| {
-            let mut h = vec![0u64; counts.len()];
-            let mut bad = 0u64;
-            for &r in chunk {
-                let r = r.to_u64();
-                if r < size {
-                    h[r as usize] += 1;
-                } else {
-                    bad += 1;
-                }
-            }
-            (h, bad)
-        })
-        .reduce(
-            || (vec![0u64; counts.len()], 0u64),
-            |(mut a, bad_a), (b, bad_b)| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                (a, bad_a + bad_b)
-            },
-        );
+    aggregate_with_total(reports, counts, drop_invalid, None)
+}
+
+/// Add the histogram of `reports` to `counts` (length `output_size`). Reports out of range
+/// are counted in the tally; with `drop_invalid == false` any of them is an error.
+///
+/// All or nothing: on an error (invalid reports without `drop_invalid`, an interruption, a
+/// count that would pass 2^64 − 1, memory) `counts` is left as it was.
+///
+/// Memory is O(size) at most ([`aggregation_footprint`]): outputs of at most
+/// [`PRIVATE_HISTOGRAM_MAX`] counts are histogrammed in cache-sized private tables (one per
+/// part of the reports, at most one per worker thread), summed and added with checked
+/// additions. Larger outputs are counted in place with atomic increments (exact integer
+/// additions, so the result does not depend on their order or on the thread count); each
+/// chunk of [`AGGREGATE_CHUNK`] reports is flagged once applied, so that an interruption or
+/// invalid reports roll back exactly the applied chunks. In place, no count can wrap: with
+/// `T = Σ counts` (`total`, when the caller knows it — an aggregator's n; otherwise summed
+/// here with overflow detection) every count is at most T, so `T + reports.len() ≤ 2^64 − 1`
+/// (checked first) bounds every count after the batch. `total` must be `Σ counts` exactly.
+pub fn aggregate_with_total<R: ReportInt>(
+    reports: &[R],
+    counts: &mut [u64],
+    drop_invalid: bool,
+    total: Option<u64>,
+) -> Result<Tally> {
+    let size = counts.len();
+    let footprint = aggregation_footprint(size as u64, reports.len() as u64);
+    footprint.check()?;
+    let outcome = match private_tables(size, reports.len()) {
+        Some(parts) => aggregate_private(reports, counts, parts, drop_invalid),
+        None => aggregate_in_place(reports, counts, total, crate::interrupt::check),
+    };
+    let (invalid, rollback) = outcome?;
     let first_invalid = (invalid > 0)
-        .then(|| reports.iter().position(|r| r.to_u64() >= size))
+        .then(|| {
+            reports
+                .par_iter()
+                .position_first(|r| r.to_u64() >= size as u64)
+        })
         .flatten();
     if invalid > 0 && !drop_invalid {
+        if let Some(undo) = rollback {
+            undo(counts);
+        }
         let i = first_invalid.unwrap_or(0);
         return Err(Error::Value(format!(
             "{invalid} of {} reports lie outside [0, {size}); the first is reports[{i}] = {} \
@@ -250,7 +335,6 @@ pub fn aggregate<R: ReportInt>(
             reports[i].to_u64()
         )));
     }
-    counts.iter_mut().zip(&histogram).for_each(|(c, h)| *c += h);
     Ok(Tally {
         valid: reports.len() as u64 - invalid,
         invalid,
@@ -258,61 +342,338 @@ pub fn aggregate<R: ReportInt>(
     })
 }
 
-/// The report histogram of `true_counts[x]` users holding each value x, without storing
-/// any report (see the module documentation for its equality with `privatize`).
-pub fn simulate<M: IndexMechanism>(
-    mechanism: &M,
-    key: &Key,
-    true_counts: &[u64],
-) -> Result<Vec<u64>> {
-    if true_counts.len() as u64 != mechanism.domain() {
+/// What an aggregation strategy returns: the number of invalid reports, and (when the
+/// counts were already changed) how to undo it.
+type Counted<'a> = (u64, Option<Box<dyn FnOnce(&mut [u64]) + 'a>>);
+
+/// Private tables: `parts` tables of `counts.len()`, one per contiguous part of the reports,
+/// summed, then added to `counts` only if no sum wraps and no invalid report is refused
+/// (nothing to undo).
+fn aggregate_private<'a, R: ReportInt>(
+    reports: &'a [R],
+    counts: &mut [u64],
+    parts: usize,
+    drop_invalid: bool,
+) -> Result<Counted<'a>> {
+    let size = counts.len();
+    let mut tables = crate::memory::allocate_zeroed::<u64>(parts * size, "per-thread tables")?;
+    let part_len = reports
+        .len()
+        .div_ceil(AGGREGATE_CHUNK)
+        .div_ceil(parts)
+        .max(1)
+        * AGGREGATE_CHUNK;
+    let invalid = tables
+        .par_chunks_mut(size.max(1))
+        .zip(reports.par_chunks(part_len))
+        .map(|(table, part)| -> Result<u64> {
+            let mut bad = 0u64;
+            for chunk in part.chunks(AGGREGATE_CHUNK) {
+                crate::interrupt::check()?;
+                for &r in chunk {
+                    let r = r.to_u64();
+                    if r < size as u64 {
+                        table[r as usize] += 1;
+                    } else {
+                        bad += 1;
+                    }
+                }
+            }
+            Ok(bad)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a + b))?;
+    if invalid > 0 && !drop_invalid {
+        return Ok((invalid, None));
+    }
+    let (sum, rest) = tables.split_at_mut(size);
+    for table in rest.chunks_exact(size.max(1)) {
+        sum.iter_mut().zip(table).for_each(|(s, t)| *s += t);
+    }
+    if let Some(y) = (0..size).find(|&y| counts[y].checked_add(sum[y]).is_none()) {
+        return Err(count_overflow(y));
+    }
+    counts.iter_mut().zip(sum.iter()).for_each(|(c, s)| *c += s);
+    Ok((invalid, None))
+}
+
+fn count_overflow(y: usize) -> Error {
+    Error::Value(format!(
+        "count {y} would exceed 2^64 − 1 reports; refused (the counts were left unchanged)"
+    ))
+}
+
+/// In place: atomic increments into `counts`, chunk by chunk, after proving that no count
+/// can wrap ([`aggregate_with_total`]); interrupted (`check` fails before a chunk), the
+/// applied chunks are rolled back.
+fn aggregate_in_place<'a, R: ReportInt>(
+    reports: &'a [R],
+    counts: &mut [u64],
+    total: Option<u64>,
+    check: impl Fn() -> Result<()> + Sync,
+) -> Result<Counted<'a>> {
+    let size = counts.len() as u64;
+    let total = match total {
+        Some(t) => t,
+        None => sum_counts(counts)?,
+    };
+    if total.checked_add(reports.len() as u64).is_none() {
         return Err(Error::Value(format!(
-            "true_counts must have length k = {}, got {}",
-            mechanism.domain(),
+            "adding {} reports to counts of {total} reports would pass 2^64 − 1 in all; refused",
+            reports.len()
+        )));
+    }
+    let chunks = reports.len().div_ceil(AGGREGATE_CHUNK);
+    let mut applied = crate::memory::allocate_zeroed::<bool>(chunks, "roll-back flags")?;
+    let cells = as_atomic(counts);
+    let outcome = reports
+        .par_chunks(AGGREGATE_CHUNK)
+        .zip(applied.par_iter_mut())
+        .map(|(chunk, flag)| -> Result<u64> {
+            check()?;
+            let mut bad = 0u64;
+            for &r in chunk {
+                let r = r.to_u64();
+                if r < size {
+                    cells[r as usize].fetch_add(1, Ordering::Relaxed);
+                } else {
+                    bad += 1;
+                }
+            }
+            *flag = true;
+            Ok(bad)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a + b));
+    let undo = move |counts: &mut [u64]| {
+        let cells = as_atomic(counts);
+        reports
+            .par_chunks(AGGREGATE_CHUNK)
+            .zip(applied.par_iter())
+            .filter(|(_, &done)| done)
+            .for_each(|(chunk, _)| {
+                for &r in chunk {
+                    let r = r.to_u64();
+                    if r < size {
+                        cells[r as usize].fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            });
+    };
+    match outcome {
+        Ok(invalid) => Ok((invalid, Some(Box::new(undo)))),
+        Err(e) => {
+            undo(counts);
+            Err(e)
+        }
+    }
+}
+
+/// `Σ counts`, refused when it passes 2^64 − 1 (counts that no aggregation can have made).
+fn sum_counts(counts: &[u64]) -> Result<u64> {
+    counts
+        .par_chunks(1 << 16)
+        .map(|chunk| {
+            crate::interrupt::check()?;
+            chunk
+                .iter()
+                .try_fold(0u64, |s, &c| s.checked_add(c))
+                .ok_or_else(counts_overflowed)
+        })
+        .try_reduce(|| 0, |a, b| a.checked_add(b).ok_or_else(counts_overflowed))
+}
+
+fn counts_overflowed() -> Error {
+    Error::Value("the counts sum to 2^64 or more reports: they cannot come from aggregation".into())
+}
+
+/// `counts` viewed as atomic cells, for increments from several threads. Sound: `AtomicU64`
+/// has the size and bit validity of `u64` and, on the targets where their alignments agree
+/// (asserted at compile time), its layout; the exclusive borrow guarantees that no
+/// non-atomic access overlaps the returned view.
+pub(crate) fn as_atomic(counts: &mut [u64]) -> &[AtomicU64] {
+    const _: () = assert!(
+        std::mem::align_of::<AtomicU64>() == std::mem::align_of::<u64>()
+            && std::mem::size_of::<AtomicU64>() == std::mem::size_of::<u64>()
+    );
+    // SAFETY: see above; the lifetime of the view is that of the exclusive borrow.
+    unsafe { &*(counts as *mut [u64] as *const [AtomicU64]) }
+}
+
+// -- simulation (module documentation, "Simulation") ------------------------------------
+
+/// Stream ids of simulations: bit 63 set (privatization uses the chunk numbers, far below),
+/// the phase in bits 56–62 and a phase-specific index below 2^56.
+const SIMULATION_STREAMS: u64 = 1 << 63;
+
+/// The phases of a simulation, each with its own streams.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SimulationPhase {
+    /// Per chunk of values: the own-set counts `K_x` (and, for some mechanisms, their reports).
+    OwnCounts = 0,
+    /// One stream: the uniform users' split over chunks of outputs.
+    UniformChunks = 1,
+    /// Per chunk of outputs: the uniform users inside it.
+    Uniform = 2,
+    /// Mechanism-specific own-set passes (index: pass and chunk).
+    OwnSets = 3,
+}
+
+/// The stream of `index` in a phase of a simulation under `key`.
+pub(crate) fn simulation_stream(key: &Key, phase: SimulationPhase, index: u64) -> StreamRng {
+    debug_assert!(index < 1 << 56);
+    stream(key, SIMULATION_STREAMS | (phase as u64) << 56 | index)
+}
+
+/// Values per chunk of the per-value phases of a simulation.
+pub(crate) const SIMULATION_VALUES: usize = 1 << 12;
+
+/// Outputs per chunk of the uniform phase.
+const UNIFORM_OUTPUTS: usize = 1 << 16;
+
+/// The total number of users of `true_counts` (length k), refused when the length is not k
+/// or the total does not fit in u64.
+pub(crate) fn simulation_users(k: u64, true_counts: &[u64]) -> Result<u64> {
+    if true_counts.len() as u64 != k {
+        return Err(Error::Value(format!(
+            "true_counts must have length k = {k}, got {}",
             true_counts.len()
         )));
     }
-    let size = mechanism.output_size() as usize;
-    crate::memory::check_fits(size, 8, "the report histogram")?;
-    mechanism.prepare(usize::MAX)?;
-    // Cumulative user counts: user u holds the value x with starts[x] ≤ u < starts[x + 1].
-    let mut starts = Vec::with_capacity(true_counts.len() + 1);
-    let mut total = 0u64;
-    starts.push(0);
-    for &c in true_counts {
-        total = total
-            .checked_add(c)
-            .ok_or_else(|| Error::Value("the total number of users overflows 2^64".into()))?;
-        starts.push(total);
-    }
-    let chunks = total.div_ceil(SAMPLE_CHUNK as u64);
-    let histogram = (0..chunks)
-        .into_par_iter()
-        .fold(
-            || vec![0u64; size],
-            |mut h, c| {
-                let mut rng = stream(key, c);
-                let first = c * SAMPLE_CHUNK as u64;
-                let last = (first + SAMPLE_CHUNK as u64).min(total);
-                // The value of user `first`: the last x whose start is ≤ first.
-                let mut x = starts.partition_point(|&s| s <= first) - 1;
-                for u in first..last {
-                    while starts[x + 1] <= u {
-                        x += 1;
-                    }
-                    h[mechanism.sample(&mut rng, x as u64) as usize] += 1;
-                }
-                h
-            },
+    total_users(true_counts)
+}
+
+/// The footprint of a simulation into `outputs` counts with `arrays` arrays of that size (the
+/// result included), plus the uniform phase's per-chunk counts.
+pub(crate) fn simulation_footprint(name: &str, outputs: u64, arrays: u64) -> Footprint {
+    Footprint::new(format!("{name} simulate"))
+        .add("the report counts and work arrays", arrays.saturating_mul(outputs), 8)
+        .add(
+            "uniform users per chunk of outputs",
+            outputs.div_ceil(UNIFORM_OUTPUTS as u64),
+            8,
         )
-        .reduce(
-            || vec![0u64; size],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                a
-            },
+        .hint("lower k (the simulation's memory is proportional to the number of outputs, not to the number of users)")
+}
+
+/// Outputs per interruption check of [`spread_interruptible`].
+const SPREAD_CHECK_OUTPUTS: u64 = 1 << 16;
+
+/// `rng::spread_uniform` over `[start, start + len)`, halving first down to ranges of at most
+/// [`SPREAD_CHECK_OUTPUTS`] outputs and checking for interruption before each (the same law:
+/// halving is how `spread_uniform` splits too).
+pub(crate) fn spread_interruptible(
+    rng: &mut StreamRng,
+    start: u64,
+    len: u64,
+    count: u64,
+    emit: &mut impl FnMut(u64, u64),
+) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    if len <= SPREAD_CHECK_OUTPUTS {
+        crate::interrupt::check()?;
+        spread_uniform(rng, start, len, count, emit);
+        return Ok(());
+    }
+    let left = len / 2;
+    let to_left = binomial(rng, count, left as f64 / len as f64);
+    spread_interruptible(rng, start, left, to_left, emit)?;
+    spread_interruptible(rng, start + left, len - left, count - to_left, emit)
+}
+
+/// Add a Multinomial(`users`; uniform over all `out.len()` outputs) draw to `out`, in
+/// O(min(users, outputs)) binomial draws: one stream splits the users over chunks of
+/// [`UNIFORM_OUTPUTS`] outputs (halving, with probabilities proportional to the chunk
+/// lengths), then every chunk spreads its users with its own stream, in parallel.
+pub(crate) fn add_uniform_reports(key: &Key, out: &mut [u64], users: u64) -> Result<()> {
+    let size = out.len() as u64;
+    if users == 0 || size == 0 {
+        return Ok(());
+    }
+    let chunks = out.len().div_ceil(UNIFORM_OUTPUTS);
+    let mut per_chunk = crate::memory::allocate_zeroed::<u64>(chunks, "uniform users per chunk")?;
+    let mut rng = simulation_stream(key, SimulationPhase::UniformChunks, 0);
+    // Halving over whole chunks: [first, first + n) of `chunks` covers the outputs
+    // [first·C, min((first + n)·C, size)).
+    fn split(
+        rng: &mut StreamRng,
+        first: usize,
+        n: usize,
+        users: u64,
+        size: u64,
+        per_chunk: &mut [u64],
+    ) {
+        if users == 0 {
+            return;
+        }
+        if n == 1 {
+            per_chunk[first] = users;
+            return;
+        }
+        let c = UNIFORM_OUTPUTS as u64;
+        let end = |i: usize| (i as u64 * c).min(size);
+        let left = n / 2;
+        let (lo, mid, hi) = (end(first), end(first + left), end(first + n));
+        let to_left = binomial(rng, users, (mid - lo) as f64 / (hi - lo) as f64);
+        split(rng, first, left, to_left, size, per_chunk);
+        split(
+            rng,
+            first + left,
+            n - left,
+            users - to_left,
+            size,
+            per_chunk,
         );
-    Ok(histogram)
+    }
+    split(&mut rng, 0, chunks, users, size, &mut per_chunk);
+    out.par_chunks_mut(UNIFORM_OUTPUTS)
+        .zip(per_chunk.par_iter())
+        .enumerate()
+        .try_for_each(|(c, (piece, &users))| {
+            crate::interrupt::check()?;
+            let mut rng = simulation_stream(key, SimulationPhase::Uniform, c as u64);
+            spread_uniform(&mut rng, 0, piece.len() as u64, users, &mut |y, n| {
+                piece[y as usize] += n
+            });
+            Ok(())
+        })
+}
+
+/// Draw `K_x ~ Binomial(n_x, w_x)` for every value, in parallel over chunks of
+/// [`SIMULATION_VALUES`] values (chunk c uses the `OwnCounts` stream c): `place(rng, x, K_x)`
+/// is called for each value with users, in increasing x within a chunk, with the chunk's
+/// stream for any further draws (e.g. the value's own-set reports). Returns the number of
+/// users left for the uniform part, `Σ (n_x − K_x)`. `weight(x)` is the own-set probability
+/// `1 − α_x`. Checks for interruption before every value with users.
+pub(crate) fn draw_own_counts<F>(
+    key: &Key,
+    true_counts: &[u64],
+    weight: impl Fn(u64) -> f64 + Sync,
+    place: F,
+) -> Result<u64>
+where
+    F: Fn(&mut StreamRng, u64, u64) -> Result<()> + Sync,
+{
+    true_counts
+        .par_chunks(SIMULATION_VALUES)
+        .enumerate()
+        .map(|(c, chunk)| -> Result<u64> {
+            let mut rng = simulation_stream(key, SimulationPhase::OwnCounts, c as u64);
+            let first = (c * SIMULATION_VALUES) as u64;
+            let mut uniform = 0u64;
+            for (i, &n) in chunk.iter().enumerate() {
+                if n == 0 {
+                    continue;
+                }
+                crate::interrupt::check()?;
+                let x = first + i as u64;
+                let kept = binomial(&mut rng, n, weight(x));
+                uniform += n - kept;
+                place(&mut rng, x, kept)?;
+            }
+            Ok(uniform)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a + b))
 }
 
 /// A mechanism whose report is a vector of `bits()` bits, stored as a row of `⌈bits/8⌉`
@@ -676,7 +1037,7 @@ macro_rules! impl_estimator {
                 key: &$crate::rng::Key,
                 true_counts: &[u64],
             ) -> $crate::error::Result<Vec<u64>> {
-                $crate::mechanisms::simulate(self, key, true_counts)
+                self.simulate(key, true_counts)
             }
         }
     };
@@ -822,25 +1183,260 @@ pub(crate) mod testing {
         counts.iter().map(|&c| c as f64 / draws as f64).collect()
     }
 
-    /// `simulate(true_counts)` equals the histogram of privatizing the sorted values with the
-    /// same key (the reproducibility contract of the module documentation).
-    pub fn assert_simulate_matches_privatize<M: IndexMechanism>(
-        m: &M,
+    /// Exact mean and covariance (row-major, S × S) of the report histogram of
+    /// `true_counts[x]` independent users of each value x, from the channel rows: a sum of
+    /// independent multinomials, `Σ_x n_x Q_x` and `Σ_x n_x (diag Q_x − Q_x Q_xᵀ)`.
+    pub fn histogram_moments<E: Estimator>(m: &E, true_counts: &[u64]) -> (Vec<f64>, Vec<f64>) {
+        let size = m.channel_outputs() as usize;
+        let (mut mean, mut cov) = (vec![0.0; size], vec![0.0; size * size]);
+        let mut row = vec![0.0; size];
+        for (x, &n) in true_counts.iter().enumerate() {
+            let n = n as f64;
+            m.channel_row(x as u64, &mut row);
+            for y in 0..size {
+                mean[y] += n * row[y];
+                cov[y * size + y] += n * row[y];
+                for z in 0..size {
+                    cov[y * size + z] -= n * row[y] * row[z];
+                }
+            }
+        }
+        (mean, cov)
+    }
+
+    /// `dᵀ C⁻¹ d` over the first `S − 1` coordinates (the last is fixed by the total), by a
+    /// Cholesky factorization of that block of the covariance `cov` (S × S, row-major).
+    pub fn mahalanobis(d: &[f64], cov: &[f64]) -> f64 {
+        let size = d.len();
+        let n = size - 1;
+        let mut l = vec![0.0; n * n];
+        for i in 0..n {
+            for j in 0..=i {
+                let mut v = cov[i * size + j];
+                for t in 0..j {
+                    v -= l[i * n + t] * l[j * n + t];
+                }
+                if i == j {
+                    assert!(v > 0.0, "the covariance is not positive definite");
+                    l[i * n + i] = v.sqrt();
+                } else {
+                    l[i * n + j] = v / l[j * n + j];
+                }
+            }
+        }
+        // Solve L z = d: the statistic is |z|².
+        let mut z = vec![0.0; n];
+        for i in 0..n {
+            let mut v = d[i];
+            for t in 0..i {
+                v -= l[i * n + t] * z[t];
+            }
+            z[i] = v / l[i * n + i];
+        }
+        z.iter().map(|v| v * v).sum()
+    }
+
+    /// `ln Γ(a)` (Lanczos, g = 7, 9 terms; relative error below 1e−13 for a > 0).
+    fn ln_gamma(a: f64) -> f64 {
+        const C: [f64; 9] = [
+            0.999_999_999_999_809_9,
+            676.520_368_121_885_1,
+            -1_259.139_216_722_402_8,
+            771.323_428_777_653_1,
+            -176.615_029_162_140_6,
+            12.507_343_278_686_905,
+            -0.138_571_095_265_720_12,
+            9.984_369_578_019_572e-6,
+            1.505_632_735_149_311_6e-7,
+        ];
+        let a = a - 1.0;
+        let t = a + 7.5;
+        let series = C[1..]
+            .iter()
+            .enumerate()
+            .fold(C[0], |s, (i, c)| s + c / (a + 1.0 + i as f64));
+        0.5 * (2.0 * std::f64::consts::PI).ln() + (a + 0.5) * t.ln() - t + series.ln()
+    }
+
+    /// `P(χ²_df > x)`: the regularized upper incomplete gamma `Q(df/2, x/2)` (series below
+    /// `a + 1`, continued fraction above; Numerical Recipes §6.2).
+    pub fn chi_square_tail(df: usize, x: f64) -> f64 {
+        let (a, x) = (df as f64 / 2.0, x / 2.0);
+        if x <= 0.0 {
+            return 1.0;
+        }
+        let prefix = (-x + a * x.ln() - ln_gamma(a)).exp();
+        if x < a + 1.0 {
+            let (mut term, mut sum, mut ap) = (1.0 / a, 1.0 / a, a);
+            for _ in 0..10_000 {
+                ap += 1.0;
+                term *= x / ap;
+                sum += term;
+                if term < sum * 1e-16 {
+                    break;
+                }
+            }
+            1.0 - sum * prefix
+        } else {
+            let tiny = 1e-300;
+            let mut b = x + 1.0 - a;
+            let (mut c, mut d) = (1.0 / tiny, 1.0 / b);
+            let mut h = d;
+            for i in 1..10_000 {
+                let an = -(i as f64) * (i as f64 - a);
+                b += 2.0;
+                d = an * d + b;
+                d = if d.abs() < tiny { tiny } else { d };
+                c = b + an / c;
+                c = if c.abs() < tiny { tiny } else { c };
+                d = 1.0 / d;
+                let delta = d * c;
+                h *= delta;
+                if (delta - 1.0).abs() < 1e-16 {
+                    break;
+                }
+            }
+            prefix * h
+        }
+    }
+
+    /// The critical value of χ²_df at level 0.1% (bisection on [`chi_square_tail`]).
+    pub fn chi_square_critical(df: usize) -> f64 {
+        let (mut lo, mut hi) = (0.0, 10.0 * df as f64 + 100.0);
+        for _ in 0..200 {
+            let mid = 0.5 * (lo + hi);
+            if chi_square_tail(df, mid) > 1e-3 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    }
+
+    /// `reps` simulations with keys `seed..seed + reps` follow the exact law of the report
+    /// histogram ([`histogram_moments`]): every total is n; per output, the mean within 5
+    /// standard errors and (where the variance is at least 10, so the sample variance is
+    /// near-normal) the sample variance within 6 of its standard errors `σ²·√(2/(reps − 1))`;
+    /// and the pooled deviation `Σ_r (counts_r − mean)`, of covariance `reps·C`, has a
+    /// Mahalanobis statistic below the 0.1% critical value of χ²_{S−1}.
+    pub fn assert_simulation_law<E: Estimator>(
+        label: &str,
+        m: &E,
         true_counts: &[u64],
+        reps: u64,
         seed: u64,
     ) {
-        let key = key_from_u64(seed);
-        let simulated = simulate(m, &key, true_counts).unwrap();
+        let simulate = |key: &Key, c: &[u64]| m.simulate_counts(key, c).unwrap();
+        assert_law_of(label, m, simulate, true_counts, reps, seed);
+    }
+
+    /// [`assert_simulation_law`] for the simulation function `simulate` (e.g. one of a
+    /// mechanism's algorithms forced) of the channel of `m`.
+    pub fn assert_law_of<E: Estimator>(
+        label: &str,
+        m: &E,
+        simulate: impl Fn(&Key, &[u64]) -> Vec<u64>,
+        true_counts: &[u64],
+        reps: u64,
+        seed: u64,
+    ) {
+        let (mean, cov) = histogram_moments(m, true_counts);
+        let size = mean.len();
+        let n: u64 = true_counts.iter().sum();
+        let runs: Vec<Vec<u64>> = (seed..seed + reps)
+            .map(|s| simulate(&key_from_u64(s), true_counts))
+            .collect();
+        for run in &runs {
+            assert_eq!(run.iter().sum::<u64>(), n, "{label}: total");
+        }
+        let r = reps as f64;
+        for y in 0..size {
+            let sample: Vec<f64> = runs.iter().map(|c| c[y] as f64).collect();
+            let avg = sample.iter().sum::<f64>() / r;
+            let var = sample.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / (r - 1.0);
+            let sigma2 = cov[y * size + y];
+            let se = (sigma2 / r).sqrt();
+            assert!(
+                (avg - mean[y]).abs() <= 5.0 * se + 1e-9 * mean[y],
+                "{label}: output {y} mean {avg} expected {} (se {se})",
+                mean[y]
+            );
+            if sigma2 >= 10.0 {
+                let tolerance = 6.0 * sigma2 * (2.0 / (r - 1.0)).sqrt();
+                assert!(
+                    (var - sigma2).abs() <= tolerance,
+                    "{label}: output {y} variance {var} expected {sigma2}"
+                );
+            }
+        }
+        let pooled: Vec<f64> = (0..size)
+            .map(|y| runs.iter().map(|c| c[y] as f64 - mean[y]).sum())
+            .collect();
+        let scaled: Vec<f64> = cov.iter().map(|v| v * r).collect();
+        let statistic = mahalanobis(&pooled, &scaled);
+        let critical = chi_square_critical(size - 1);
+        assert!(
+            statistic < critical,
+            "{label}: pooled chi-square {statistic} ≥ {critical} (df {})",
+            size - 1
+        );
+    }
+
+    /// Simulation against privatization in law: `reps` simulations and `reps` privatizations
+    /// (then aggregations) of the same users; the difference of the pooled histograms has
+    /// covariance `2·reps·C` ([`histogram_moments`]), and its Mahalanobis statistic must lie
+    /// below the 0.1% critical value of χ²_{S−1} (a two-sample chi-square with the exact
+    /// covariance of a sum of multinomials).
+    pub fn assert_simulate_matches_privatize_in_law<M: IndexMechanism + Estimator>(
+        label: &str,
+        m: &M,
+        true_counts: &[u64],
+        reps: u64,
+        seed: u64,
+    ) {
+        let (_, cov) = histogram_moments(m, true_counts);
+        let size = IndexMechanism::output_size(m) as usize;
         let values: Vec<u32> = true_counts
             .iter()
             .enumerate()
             .flat_map(|(x, &c)| std::iter::repeat_n(x as u32, c as usize))
             .collect();
+        let mut diff = vec![0.0; size];
         let mut reports = vec![0u64; values.len()];
-        privatize(m, &key, &values, &mut reports).unwrap();
-        let mut counts = vec![0u64; m.output_size() as usize];
-        aggregate(&reports, &mut counts, false).unwrap();
-        assert_eq!(simulated, counts);
+        for s in seed..seed + reps {
+            let simulated = m.simulate_counts(&key_from_u64(s), true_counts).unwrap();
+            privatize(m, &key_from_u64(s + reps), &values, &mut reports).unwrap();
+            let mut counts = vec![0u64; size];
+            aggregate(&reports, &mut counts, false).unwrap();
+            for y in 0..size {
+                diff[y] += simulated[y] as f64 - counts[y] as f64;
+            }
+        }
+        let scaled: Vec<f64> = cov.iter().map(|v| v * 2.0 * reps as f64).collect();
+        let statistic = mahalanobis(&diff, &scaled);
+        let critical = chi_square_critical(size - 1);
+        assert!(
+            statistic < critical,
+            "{label}: simulate vs privatize chi-square {statistic} ≥ {critical} (df {})",
+            size - 1
+        );
+    }
+
+    #[test]
+    fn chi_square_critical_values_match_the_tables() {
+        // P(χ²_df > c) = 0.001 (standard tables).
+        for (df, c) in [
+            (1usize, 10.828),
+            (4, 18.467),
+            (15, 37.697),
+            (26, 54.052),
+            (100, 149.449),
+        ] {
+            let got = chi_square_critical(df);
+            assert!((got - c).abs() < 2e-3, "df {df}: {got} vs {c}");
+        }
+        assert!((chi_square_tail(2, 2.0 * 3.0) - (-3.0f64).exp()).abs() < 1e-12);
     }
 
     /// `Σ_x dist_x · Q(·|x)` from the channel rows one by one: the definition that

@@ -11,9 +11,14 @@
 //! `e^ε` (p ↦ p/(1 − p) is increasing). The estimator uses the same `p`, `q`, so it is exactly
 //! unbiased for the channel actually used.
 
-use super::{check_domain, check_epsilon, IndexMechanism, SymmetricEstimator};
+use super::{
+    add_uniform_reports, as_atomic, check_domain, check_epsilon, draw_own_counts,
+    simulation_footprint, simulation_users, IndexMechanism, Operation, SymmetricEstimator,
+};
 use crate::error::Result;
-use crate::rng::{uniform_below, BernoulliThreshold, StreamRng};
+use crate::memory::{allocate_zeroed, Footprint};
+use crate::rng::{uniform_below, BernoulliThreshold, Key, StreamRng};
+use std::sync::atomic::Ordering;
 
 /// Largest k: the "other value" draw uses `uniform_below(k − 1)` on 32-bit words.
 const MAX_K: u64 = 1 << 32;
@@ -70,9 +75,50 @@ impl RandomizedResponse {
         self.epsilon
     }
 
-    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
-    pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
-        super::vector_footprint("RandomizedResponse", op, self.k, self.k)
+    /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`): the
+    /// estimate holds the frequencies and the result (k each), a channel product its result,
+    /// a simulation its counts.
+    pub fn footprint(&self, op: Operation) -> Footprint {
+        let name = "RandomizedResponse";
+        match op {
+            Operation::Estimate => Footprint::new(format!("{name} estimate"))
+                .add("report frequencies", self.k, 8)
+                .add("the estimate", self.k, 8),
+            Operation::ChannelProduct => {
+                Footprint::new(format!("{name} channel product")).add("the result", self.k, 8)
+            }
+            Operation::Simulate { .. } => simulation_footprint(name, self.k, 1),
+        }
+    }
+
+    /// The probability `1 − α = (k·p − 1)/(k − 1)` that a user reports from its own set {x}
+    /// in the mixture form of the channel (`mechanisms`, "Simulation"): keeping x
+    /// (probability p) is the own set plus the uniform component's share `α/k`.
+    fn own_set_weight(&self) -> f64 {
+        let k = self.k as f64;
+        (k * self.p - 1.0) / (k - 1.0)
+    }
+
+    /// The report histogram of `true_counts[x]` users holding each value x, exact in law
+    /// (`mechanisms`, "Simulation"): the own set of x is {x}, so `counts_x = K_x` plus the
+    /// uniform multinomial of the other users. O(k) draws whatever the number of users, one
+    /// array of k counts.
+    pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
+        simulation_users(self.k, true_counts)?;
+        let mut out = allocate_zeroed::<u64>(self.k as usize, "the report counts")?;
+        let own = self.own_set_weight();
+        let cells = as_atomic(&mut out);
+        let uniform = draw_own_counts(
+            key,
+            true_counts,
+            |_| own,
+            |_, x, kept| {
+                cells[x as usize].store(kept, Ordering::Relaxed);
+                Ok(())
+            },
+        )?;
+        add_uniform_reports(key, &mut out, uniform)?;
+        Ok(out)
     }
 
     /// `(p, q)`: probability of reporting the true value, and of each other value.
@@ -123,7 +169,8 @@ impl IndexMechanism for RandomizedResponse {
 mod tests {
     use super::super::channel_matrix;
     use super::super::testing::{
-        assert_simulate_matches_privatize, channel_stats, chi_square, empirical_row,
+        assert_simulate_matches_privatize_in_law, assert_simulation_law, channel_stats, chi_square,
+        empirical_row,
     };
     use super::*;
     use crate::mechanisms::Estimator;
@@ -168,10 +215,37 @@ mod tests {
     }
 
     #[test]
-    fn simulate_equals_privatizing_sorted_values() {
+    fn simulate_follows_the_exact_law_at_every_scale() {
         let m = RandomizedResponse::new(4, 0.5).unwrap();
-        let true_counts = [70_000u64, 0, 100_000, 5];
-        assert_simulate_matches_privatize(&m, &true_counts, 99);
+        assert_simulation_law("few users", &m, &[7, 0, 10, 1], 400, 1);
+        assert_simulation_law("many users", &m, &[70_000, 0, 100_000, 5], 400, 1_000);
+        // 4·10^12 users: the binomials far beyond any privatization.
+        let huge = [1_000_000_000_000u64, 3_000_000_000_000, 7, 0];
+        assert_simulation_law("10^12 users", &m, &huge, 300, 2_000);
+        let m = RandomizedResponse::new(9, 2.0).unwrap();
+        let counts = [3u64, 0, 900, 50, 1, 0, 20, 9, 400];
+        assert_simulation_law("k = 9", &m, &counts, 400, 3_000);
+        assert_simulate_matches_privatize_in_law("k = 9", &m, &counts, 300, 4_000);
+    }
+
+    #[test]
+    fn simulate_is_reproducible_and_checks_its_input() {
+        let m = RandomizedResponse::new(5, 1.0).unwrap();
+        let key = key_from_u64(3);
+        let counts = [10u64, 20, 0, 5, 1_000_000];
+        let once = m.simulate(&key, &counts).unwrap();
+        assert_eq!(once, m.simulate(&key, &counts).unwrap());
+        assert_ne!(once, m.simulate(&key_from_u64(4), &counts).unwrap());
+        assert!(m.simulate(&key, &counts[1..]).is_err());
+        let err = m.simulate(&key, &[u64::MAX, 1, 0, 0, 0]).unwrap_err();
+        assert!(err.to_string().contains("2^64"), "{err}");
+        assert_eq!(m.simulate(&key, &[0; 5]).unwrap(), vec![0; 5]);
+        // The largest total: no overflow, no panic.
+        let all = m.simulate(&key, &[u64::MAX - 4, 1, 1, 1, 1]).unwrap();
+        assert_eq!(
+            all.iter().fold(0u64, |s, &c| s.checked_add(c).unwrap()),
+            u64::MAX
+        );
     }
 
     #[test]
