@@ -130,32 +130,50 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// `x ← H·x` (unnormalized, Sylvester order). Panics unless `x.len()` is a power of two;
 /// callers validate lengths first (see [`check_power_of_two`]).
 pub fn fwht_in_place<T: Butterfly>(x: &mut [T]) {
+    crate::interrupt::uninterrupted(fwht_in_place_checked(x, &crate::interrupt::never));
+}
+
+/// [`fwht_in_place`], calling `check` between parallel tasks (each a few milliseconds of
+/// work at most) and stopping with its error; `x` is then left partly transformed.
+pub fn fwht_in_place_checked<T, C>(x: &mut [T], check: &C) -> crate::error::Result<()>
+where
+    T: Butterfly,
+    C: crate::interrupt::Check,
+{
     let n = x.len();
     assert!(n.is_power_of_two(), "fwht length {n} is not a power of two");
     if n <= BLOCK {
         transform_rows(x, n);
-        return;
+        return Ok(());
     }
     let rows = n / BLOCK;
     let parallel = n >= PARALLEL_MIN;
     if parallel {
         let rows_per_task = 2;
         x.par_chunks_mut(rows_per_task * BLOCK)
-            .for_each(|chunk| transform_rows(chunk, BLOCK));
+            .try_for_each(|chunk| {
+                check()?;
+                transform_rows(chunk, BLOCK);
+                Ok(())
+            })?;
     } else {
         transform_rows(x, BLOCK);
     }
     let base = SendPtr(x.as_mut_ptr());
     if parallel {
+        // A task's columns hold 4·PANEL·n/BLOCK entries: 2^22 (32 MiB of f64) at n = 2^28.
         let cols_per_task = 4 * PANEL;
         (0..BLOCK / cols_per_task)
             .into_par_iter()
-            .for_each_init(Vec::new, |scratch, t| {
+            .try_for_each_init(Vec::new, |scratch, t| {
+                check()?;
                 let first = t * cols_per_task;
                 transform_columns(base, rows, first, first + cols_per_task, scratch);
-            });
+                Ok(())
+            })
     } else {
         transform_columns(base, rows, 0, BLOCK, &mut Vec::new());
+        Ok(())
     }
 }
 

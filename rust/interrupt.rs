@@ -38,6 +38,25 @@ pub fn check() -> Result<()> {
     }
 }
 
+/// A check function that computations call between chunks of work: [`check`] (stop when
+/// interrupted) or [`never`].
+pub trait Check: Fn() -> Result<()> + Sync {}
+impl<F: Fn() -> Result<()> + Sync> Check for F {}
+
+/// A check that never stops: the uninterruptible entry points of computations that take a
+/// check function pass this one.
+pub fn never() -> Result<()> {
+    Ok(())
+}
+
+/// The value of a computation whose only failure is its check, run with [`never`].
+pub fn uninterrupted<T>(outcome: Result<T>) -> T {
+    match outcome {
+        Ok(value) => value,
+        Err(e) => unreachable!("a computation checked with `never` stopped: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -287,24 +287,44 @@ pub fn check_fits(count: usize, item_bytes: usize, what: &str) -> Result<()> {
         .check()
 }
 
+/// Types whose all-zero bit pattern is their zero value, so that a zero-filled buffer can
+/// come straight from the allocator.
+pub trait Zeroable: Copy {}
+macro_rules! zeroable {
+    ($($t:ty),*) => { $(impl Zeroable for $t {})* };
+}
+zeroable!(u8, u16, u32, u64, usize, i8, i16, i32, i64, f32, f64, bool);
+
 /// A zero-filled vector, after [`check_fits`] and a fallible reservation.
-pub fn zeroed_vec<T: Default + Clone>(count: usize, what: &str) -> Result<Vec<T>> {
+pub fn zeroed_vec<T: Zeroable>(count: usize, what: &str) -> Result<Vec<T>> {
     check_fits(count, std::mem::size_of::<T>(), what)?;
     allocate_zeroed(count, what)
 }
 
 /// A zero-filled vector whose size an enclosing [`Footprint`] has already checked: only the
-/// allocator's refusal is turned into an error here.
-pub fn allocate_zeroed<T: Default + Clone>(count: usize, what: &str) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(count).map_err(|_| {
+/// allocator's refusal is turned into an error here. The zeros come from `alloc_zeroed`
+/// (fresh pages from the OS for large sizes) rather than a fill: a multi-gigabyte buffer is
+/// ready at once, and its pages are touched by the interruptible work that follows.
+pub fn allocate_zeroed<T: Zeroable>(count: usize, what: &str) -> Result<Vec<T>> {
+    let refused = || {
         Error::Memory(format!(
             "{what}: the allocator refused {}",
             human(count as u128 * std::mem::size_of::<T>() as u128)
         ))
-    })?;
-    v.resize(count, T::default());
-    Ok(v)
+    };
+    let layout = std::alloc::Layout::array::<T>(count).map_err(|_| refused())?;
+    if layout.size() == 0 {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the layout has a nonzero size; all-zero bytes are a valid T (`Zeroable`); the
+    // pointer comes from the global allocator with the layout of a Vec<T> of capacity count.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
+        if ptr.is_null() {
+            return Err(refused());
+        }
+        Ok(Vec::from_raw_parts(ptr, count, count))
+    }
 }
 
 #[cfg(test)]

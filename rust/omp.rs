@@ -60,6 +60,14 @@ pub trait Dictionary: Sync {
     /// Column `j` into `out` (length m).
     fn column(&self, j: usize, out: &mut [f64]);
     /// `Aᵀa_j` exactly, where cheap (bit-packed ±1 matrices); `None` makes OMP recompute `Aᵀr`.
+    /// Bytes of scratch one `rmatvec` allocates beyond its result.
+    fn rmatvec_scratch_bytes(&self) -> u64 {
+        0
+    }
+    /// Whether [`gram_column`](Self::gram_column) gives exact Gram columns.
+    fn has_gram(&self) -> bool {
+        false
+    }
     fn gram_column(&self, _j: usize) -> Option<Vec<i32>> {
         None
     }
@@ -223,9 +231,73 @@ impl Dictionary for SignMatrix {
     fn column(&self, j: usize, out: &mut [f64]) {
         self.column_f64(j, out)
     }
+    fn rmatvec_scratch_bytes(&self) -> u64 {
+        SignMatrix::rmatvec_scratch_bytes(self)
+    }
+    fn has_gram(&self) -> bool {
+        true
+    }
     fn gram_column(&self, j: usize) -> Option<Vec<i32>> {
         Some(SignMatrix::gram_column(self, j))
     }
+}
+
+/// Largest total of cached Gram columns (`s·k` int32): above it the correlations are
+/// recomputed by `Aᵀr` each step instead. A size rule, not a memory-budget rule, so that the
+/// result (which differs by rounding between the two paths) depends only on the problem.
+pub const GRAM_CACHE_MAX_BYTES: u64 = 1 << 28;
+
+/// Whether a run with at most `s` atoms on `k` columns caches Gram columns.
+fn caches_grams(has_gram: bool, k: usize, s: usize) -> bool {
+    has_gram && (s as u64 + 1).saturating_mul(k as u64).saturating_mul(4) <= GRAM_CACHE_MAX_BYTES
+}
+
+/// Everything [`omp_with_intercept`] allocates for at most `s` atoms on `a` (checked by it
+/// before it starts); see [`footprint_for`].
+pub fn footprint<D: Dictionary + ?Sized>(a: &D, s: usize) -> crate::memory::Footprint {
+    footprint_for(
+        a.rows(),
+        a.cols(),
+        s,
+        a.has_gram(),
+        a.rmatvec_scratch_bytes(),
+    )
+}
+
+/// The footprint of OMP with at most `s` atoms on an m × k dictionary (with exact Gram
+/// columns or not, and `scratch` bytes per `Aᵀr`): five vectors of k correlations or
+/// coefficients (Aᵀy, the current and the next correlations, Aᵀ1, the result), one flag per
+/// column, the atoms and the Cholesky factor, the scratch of `Aᵀr`, and the cached Gram
+/// columns when they are used.
+pub fn footprint_for(
+    m: usize,
+    k: usize,
+    s: usize,
+    has_gram: bool,
+    scratch: u64,
+) -> crate::memory::Footprint {
+    let (rows, cols, atoms) = (m as u64, k as u64, s as u64 + 1);
+    let grams = if caches_grams(has_gram, k, s) {
+        atoms.saturating_mul(cols)
+    } else {
+        0
+    };
+    crate::memory::Footprint::new(format!("OMP with up to {s} atoms on a {m}×{k} dictionary"))
+        .add(
+            "correlation and coefficient vectors",
+            cols.saturating_mul(5),
+            8,
+        )
+        .add("chosen flags", cols, 1)
+        .add(
+            "atoms, residual and target",
+            (atoms + 2).saturating_mul(rows),
+            8,
+        )
+        .add("Cholesky factor", atoms.saturating_mul(atoms), 8)
+        .add("Aᵀr scratch", scratch, 1)
+        .add("cached Gram columns", grams, 4)
+        .hint("lower the sparsity s (atoms) or the dictionary size")
 }
 
 /// Validate the arguments shared by every OMP entry point.
@@ -281,6 +353,8 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         )));
     }
 
+    footprint(a, s).check()?;
+    let use_grams = caches_grams(a.has_gram(), k, s);
     let y_norm = dot(y, y).sqrt();
     let exact_fit = 1e-12 * y_norm;
     let initial = a.rmatvec(y)?;
@@ -335,12 +409,13 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
                 a.rmatvec(&residual)?
             };
         }
+        crate::interrupt::check()?;
         let Some(j) = most_correlated(&correlations, &chosen) else {
             break OmpStop::Orthogonal;
         };
         let mut column = vec![0.0; m];
         a.column(j, &mut column);
-        let gram = a.gram_column(j);
+        let gram = if use_grams { a.gram_column(j) } else { None };
         let cross: Vec<f64> = match &gram {
             Some(g) => ones_corr
                 .iter()

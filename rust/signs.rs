@@ -175,13 +175,20 @@ impl SignMatrix {
         let total = words.checked_mul(k).ok_or_else(|| {
             Error::Memory(format!("a {m}×{k} sign matrix is too large to address"))
         })?;
-        let mut bits =
-            crate::memory::zeroed_vec::<u64>(total, &format!("the packed {m}×{k} sign matrix"))?;
-        bits.par_chunks_mut(words)
+        Self::footprint(m, k).check()?;
+        let mut bits = crate::memory::allocate_zeroed::<u64>(total, "the packed sign matrix")?;
+        // Chunks of about 2^20 entries are the unit of interruption (about a millisecond).
+        let per_chunk = ((1usize << 20) / m).max(1);
+        bits.par_chunks_mut(words * per_chunk)
             .enumerate()
-            .for_each_init(Vec::new, |scratch, (j, column)| {
-                fill_column(&key, m, kind, j as u64, column, scratch)
-            });
+            .try_for_each_init(Vec::new, |scratch, (c, columns)| {
+                crate::interrupt::check()?;
+                for (i, column) in columns.chunks_exact_mut(words).enumerate() {
+                    let j = (c * per_chunk + i) as u64;
+                    fill_column(&key, m, kind, j, column, scratch);
+                }
+                Ok::<(), Error>(())
+            })?;
         Ok(Self {
             key,
             rows: m,
@@ -190,6 +197,18 @@ impl SignMatrix {
             words,
             bits,
         })
+    }
+
+    /// The bytes [`new`](Self::new) allocates for an m × k matrix (packed bits, one column
+    /// of scratch per thread is negligible).
+    pub fn footprint(m: usize, k: usize) -> crate::memory::Footprint {
+        crate::memory::Footprint::new(format!("the packed {m}×{k} sign matrix"))
+            .add(
+                "packed columns",
+                (words_per_column(m) as u64).saturating_mul(k as u64),
+                8,
+            )
+            .hint("lower k or m (the matrix has k·m bits)")
     }
 
     pub fn rows(&self) -> usize {
@@ -203,6 +222,11 @@ impl SignMatrix {
     }
     pub fn key(&self) -> &Key {
         &self.key
+    }
+    /// Bytes of the lookup tables of one [`rmatvec`](Self::rmatvec): 256 sums per byte of
+    /// a column.
+    pub fn rmatvec_scratch_bytes(&self) -> u64 {
+        self.words as u64 * 8 * 256 * 8
     }
     /// Bytes of packed storage.
     pub fn nbytes(&self) -> usize {
@@ -258,9 +282,13 @@ impl SignMatrix {
     /// A column then costs `⌈m/8⌉` lookups and additions, and every partial sum is a true
     /// partial sum of the result (no `2·S − Σr` rewriting that could overflow or cancel).
     pub fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>> {
+        crate::memory::Footprint::new("Aᵀr")
+            .add("lookup tables", self.rmatvec_scratch_bytes(), 1)
+            .add("the product", self.cols as u64, 8)
+            .check()?;
         assert_eq!(r.len(), self.rows, "rmatvec needs a vector of length m");
         let tables = signed_byte_tables(r, self.words * 8)?;
-        let mut out = crate::memory::zeroed_vec::<f64>(self.cols, "the product Aᵀr")?;
+        let mut out = crate::memory::allocate_zeroed::<f64>(self.cols, "the product Aᵀr")?;
         for_each_chunk_mut(&mut out, 1024, self.cols * self.words * 8, |chunk, out| {
             let first = chunk * 1024;
             let bits = &self.bits[first * self.words..(first + out.len()) * self.words];
@@ -313,7 +341,8 @@ impl SignMatrix {
 /// `tables[b·256 + v] = Σ_{t < 8} (bit t of v ? +1 : −1)·r[8b + t]` (rows past r's end
 /// count 0), built from two 16-entry nibble tables per byte.
 fn signed_byte_tables(r: &[f64], nbytes: usize) -> Result<Vec<f64>> {
-    let mut tables = crate::memory::zeroed_vec::<f64>(nbytes * 256, "the rmatvec lookup tables")?;
+    let mut tables =
+        crate::memory::allocate_zeroed::<f64>(nbytes * 256, "the rmatvec lookup tables")?;
     let value = |row: usize| r.get(row).copied().unwrap_or(0.0);
     for (b, table) in tables.chunks_exact_mut(256).enumerate() {
         let nibble = |base: usize, bits: usize| -> f64 {

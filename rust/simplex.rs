@@ -30,7 +30,8 @@ const FILTER_CHUNK: usize = 1 << 14;
 
 /// The threshold θ of the projection of `v` (finite, non-empty) onto the simplex.
 pub fn simplex_threshold(v: &[f64]) -> f64 {
-    let (max, theta) = shifted_threshold(v);
+    let (max, theta) =
+        crate::interrupt::uninterrupted(shifted_threshold(v, &crate::interrupt::never));
     max + theta
 }
 
@@ -41,25 +42,28 @@ pub fn simplex_threshold(v: &[f64]) -> f64 {
 /// of a chunk projected on its own is a lower bound of θ (it is `(Σ_T v − 1)/|T|` for some set
 /// T), so entries at or below it cannot be in the support. The survivors — a superset of the
 /// support, with the global maximum among them — have exactly the threshold of `v`.
-fn shifted_threshold(v: &[f64]) -> (f64, f64) {
+/// `check` runs before each chunk; its error stops the computation.
+fn shifted_threshold<C: crate::interrupt::Check>(v: &[f64], check: &C) -> Result<(f64, f64)> {
     if v.len() < PARALLEL_MIN {
-        return threshold_of_candidates(v);
+        return Ok(threshold_of_candidates(v));
     }
     let survivors: Vec<f64> = v
         .par_chunks(FILTER_CHUNK)
         .map(|chunk| {
+            check()?;
             let (max, theta) = threshold_of_candidates(chunk);
-            chunk
+            Ok(chunk
                 .iter()
                 .copied()
                 .filter(|&x| x - max > theta)
-                .collect::<Vec<f64>>()
+                .collect::<Vec<f64>>())
         })
-        .reduce(Vec::new, |mut a, b| {
+        .try_reduce(Vec::new, |mut a, b| {
             a.extend_from_slice(&b);
-            a
-        });
-    threshold_of_candidates(&survivors)
+            Ok(a)
+        })?;
+    check()?;
+    Ok(threshold_of_candidates(&survivors))
 }
 
 /// Single-threaded threshold: streaming Michelot passes (branch-free sums over the entries
@@ -160,7 +164,7 @@ pub fn project_simplex(v: &[f64]) -> Result<Vec<f64>> {
 pub fn project_simplex_into(v: &[f64], out: &mut [f64]) -> Result<()> {
     assert_eq!(v.len(), out.len(), "output length must match the input");
     check_finite(v, "the vector to project")?;
-    let (max, theta) = shifted_threshold(v);
+    let (max, theta) = shifted_threshold(v, &crate::interrupt::check)?;
     let clip = |(o, &x): (&mut f64, &f64)| *o = ((x - max) - theta).max(0.0);
     if v.len() >= PARALLEL_MIN {
         out.par_iter_mut()

@@ -1,6 +1,6 @@
 //! Bindings of the numerical kernels (`ldpdist.kernels` wraps them).
 
-use super::{key_from, new_filled, run, slice, to_py, InternalError};
+use super::{key_from, new_filled, run, run_long, slice, to_py, InternalError};
 use crate::error::Error;
 use crate::hadamard;
 use crate::omp::{self, DenseMatrix, OmpResult, OmpStop};
@@ -110,7 +110,8 @@ impl PySignMatrix {
     fn new(py: Python<'_>, key: &[u8], m: usize, k: usize, kind: &str, p: f64) -> PyResult<Self> {
         let kind = SignKind::parse(kind, p).map_err(to_py)?;
         let key = key_from(Some(key)).map_err(to_py)?;
-        let inner = run(py, || signs::SignMatrix::new(key, m, k, kind))?;
+        let units = (m as u64).saturating_mul(k as u64);
+        let inner = run_long(py, units, || signs::SignMatrix::new(key, m, k, kind))?;
         Ok(Self { inner })
     }
 
@@ -259,7 +260,8 @@ fn omp_dense<'py>(
     let row_major = a.is_c_contiguous();
     let data = slice(&a, "A")?;
     let y = slice(&y, "y")?;
-    let result = run(py, || {
+    let units = (m as u64).saturating_mul(k as u64);
+    let result = run_long(py, units, || {
         let dense = DenseMatrix::new(data, m, k, row_major)?;
         omp::omp_with_intercept(&dense, y, s, tol, intercept)
     })?;
@@ -277,7 +279,8 @@ fn omp_sign<'py>(
     intercept: bool,
 ) -> PyResult<OmpTuple<'py>> {
     let y = slice(&y, "y")?;
-    let result = run(py, || {
+    let units = (a.inner.rows() as u64).saturating_mul(a.inner.cols() as u64);
+    let result = run_long(py, units, || {
         omp::omp_with_intercept(&a.inner, y, s, tol, intercept)
     })?;
     Ok(omp_tuple(py, result))

@@ -160,6 +160,15 @@ fn aggregate_bits<M: BitMechanism>(
 
 // -- the shared class -----------------------------------------------------------------
 
+/// A size for [`run_long`] of the server-side linear maps (estimates, channel products): at
+/// least linear in the values and the outputs, several passes over them for the transforms.
+fn server_work(estimator: &impl Estimator) -> u64 {
+    estimator
+        .domain_size()
+        .saturating_add(estimator.statistic_size())
+        .saturating_mul(64)
+}
+
 /// A Python class wrapping `$rust_type`; `$privatize`/`$aggregate` are the report-format
 /// functions above (`privatize_index`/`aggregate_index` or `privatize_bits`/`aggregate_bits`);
 /// `{ ... }` adds the constructor and any class-specific methods.
@@ -243,7 +252,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let counts = slice(&counts, "counts")?;
                 check_length(counts.len(), self.inner.statistic_size())?;
-                Ok(run(py, || self.inner.checked_estimate_raw(counts, n))?.into_pyarray(py))
+                Ok(run_long(py, server_work(&self.inner), || self.inner.checked_estimate_raw(counts, n))?.into_pyarray(py))
             }
 
             fn estimate_from_frequencies<'py>(
@@ -253,7 +262,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let freq = slice(&freq, "freq")?;
                 check_length(freq.len(), self.inner.statistic_size())?;
-                Ok(run(py, || self.inner.checked_estimate_from_frequencies(freq))?
+                Ok(run_long(py, server_work(&self.inner), || self.inner.checked_estimate_from_frequencies(freq))?
                     .into_pyarray(py))
             }
 
@@ -264,7 +273,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let dist = slice(&dist, "dist")?;
                 check_length(dist.len(), self.inner.domain_size())?;
-                Ok(run(py, || self.inner.checked_expected_frequencies(dist))?
+                Ok(run_long(py, server_work(&self.inner), || self.inner.checked_expected_frequencies(dist))?
                     .into_pyarray(py))
             }
 
@@ -275,7 +284,7 @@ macro_rules! mechanism_class {
             ) -> PyResult<Bound<'py, PyArray1<f64>>> {
                 let w = slice(&w, "w")?;
                 check_length(w.len(), self.inner.statistic_size())?;
-                Ok(run(py, || self.inner.checked_channel_apply(w))?.into_pyarray(py))
+                Ok(run_long(py, server_work(&self.inner), || self.inner.checked_channel_apply(w))?.into_pyarray(py))
             }
 
             #[pyo3(signature = (max_entries=None))]
@@ -461,7 +470,9 @@ mechanism_class!(
     aggregate_index,
     {
         #[new]
+        #[allow(clippy::too_many_arguments)]
         fn new(
+            py: Python<'_>,
             k: u64,
             epsilon: f64,
             m: usize,
@@ -490,9 +501,12 @@ mechanism_class!(
                     )))
                 }
             };
-            let inner =
+            // Building a Rademacher matrix takes seconds for large k·m: without the GIL and
+            // interruptible.
+            let units = k.saturating_mul(m as u64);
+            let inner = run_long(py, units, || {
                 CompressivePrivatization::new(k, epsilon, m, key, matrix, regime, calibrate)
-                    .map_err(to_py)?;
+            })?;
             Ok(Self { inner })
         }
 
@@ -554,7 +568,10 @@ mechanism_class!(
                     )))
                 }
             };
-            let r = run(py, || self.inner.estimate_sparse(freq, n, sparsity, model))?;
+            let units = self.inner.k().saturating_mul(self.inner.m() as u64);
+            let r = run_long(py, units, || {
+                self.inner.estimate_sparse(freq, n, sparsity, model)
+            })?;
             Ok((
                 r.estimate.into_pyarray(py),
                 r.support,

@@ -141,7 +141,7 @@ pub(crate) fn new_filled<'py>(
     // the array is dropped without being exposed.
     let out = unsafe { PyArray1::<f64>::new(py, [n], false) };
     let slice = unsafe { out.as_slice_mut() }.map_err(|e| InternalError::new_err(e.to_string()))?;
-    run(py, || fill(slice))?;
+    run_long(py, n as u64, || fill(slice))?;
     Ok(out)
 }
 

@@ -69,6 +69,7 @@ use crate::omp::{omp_with_intercept, OmpStop};
 use crate::rng::{binomial, uniform_below, BernoulliThreshold, Key, StreamRng};
 use crate::signs::{balanced_ones, fill_column, words_per_column, SignKind, SignMatrix, MAX_ROWS};
 use rand_core::Rng;
+use rayon::prelude::*;
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
@@ -266,10 +267,13 @@ struct Overlaps {
 }
 
 impl Overlaps {
-    fn new(matrix: &SignMatrix, ones: &[u32]) -> Self {
+    /// Errors: the tables do not fit in the memory budget (`G` groups need `G²` flags and
+    /// `2·G` column masks), or an interruption.
+    fn new(matrix: &SignMatrix, ones: &[u32]) -> Result<Self> {
         let m = matrix.rows();
         let words = words_per_column(m);
-        let mut group_of = vec![u32::MAX; m + 1];
+        let mut group_of = crate::memory::zeroed_vec::<u32>(m + 1, "the column-weight groups")?;
+        group_of.fill(u32::MAX);
         let mut group_ones = Vec::new();
         for &n in ones {
             if group_of[n as usize] == u32::MAX {
@@ -278,9 +282,24 @@ impl Overlaps {
             }
         }
         let g = group_ones.len();
-        let mut union = vec![0u64; g * words];
-        let mut inter = vec![!0u64; g * words];
+        crate::memory::Footprint::new(format!(
+            "the overlaps of {g} column-weight groups (m = {m})"
+        ))
+        .add(
+            "union and intersection masks",
+            2 * (g as u64) * words as u64,
+            8,
+        )
+        .add("pair flags", (g as u64) * g as u64, 1)
+        .hint("lower m (the number of distinct column weights grows with m)")
+        .check()?;
+        let mut union = crate::memory::allocate_zeroed::<u64>(g * words, "union masks")?;
+        let mut inter = crate::memory::allocate_zeroed::<u64>(g * words, "intersection masks")?;
+        inter.fill(!0u64);
         for (x, &n) in ones.iter().enumerate() {
+            if x % 4096 == 0 {
+                crate::interrupt::check()?;
+            }
             let at = group_of[n as usize] as usize * words;
             for (i, &w) in matrix.column_bits(x).iter().enumerate() {
                 union[at + i] |= w;
@@ -294,8 +313,9 @@ impl Overlaps {
         let u = |g: usize| &union[g * words..(g + 1) * words];
         let i = |g: usize| &inter[g * words..(g + 1) * words];
         let any = |f: &dyn Fn(usize) -> u64| (0..words).any(|t| f(t) != 0);
-        let mut flags = vec![0u8; g * g];
+        let mut flags = crate::memory::allocate_zeroed::<u8>(g * g, "pair flags")?;
         for g1 in 0..g {
+            crate::interrupt::check()?;
             for g2 in 0..g {
                 let (u1, u2, i1, i2) = (u(g1), u(g2), i(g1), i(g2));
                 let mut f = 0;
@@ -314,7 +334,7 @@ impl Overlaps {
                 flags[g1 * g + g2] = f;
             }
         }
-        Self { group_ones, flags }
+        Ok(Self { group_ones, flags })
     }
 
     /// The exact realized ε (max log-ratio, ≥ 0) of the channel with internal ε'.
@@ -388,7 +408,7 @@ impl CompressivePrivatization {
             Regime::Auto if epsilon <= ln_m => Regime::Medium,
             Regime::Auto => {
                 return Err(Error::Value(format!(
-                    "epsilon = {epsilon} exceeds ln m = {ln_m:.4} (m = {m}): the medium-privacy \
+                    "epsilon = {epsilon:?} exceeds ln m = {ln_m:.4} (m = {m}): the medium-privacy \
                      construction needs at least e^-epsilon·m ≥ 1 ones per column. Use a \
                      smaller epsilon, a larger m (m ≥ {:.0}), regime='high', or a direct \
                      mechanism (Hadamard response) for low privacy",
@@ -401,7 +421,7 @@ impl CompressivePrivatization {
         if regime == Regime::Medium && p_one * (m as f64) < 1.0 {
             return Err(Error::Value(format!(
                 "regime='medium' needs e^-epsilon·m ≥ 1 (at least one +1 per column on \
-                 average), got e^-{epsilon}·{m} = {:.4}: use a smaller epsilon or a larger m",
+                 average), got e^-{epsilon:?}·{m} = {:.4}: use a smaller epsilon or a larger m",
                 p_one * m as f64
             )));
         }
@@ -420,7 +440,7 @@ impl CompressivePrivatization {
             (_, MatrixKind::Balanced) => {
                 if balanced_ones(m, p_one) >= m {
                     return Err(Error::Value(format!(
-                        "with epsilon = {epsilon} and m = {m}, balanced medium-privacy columns \
+                        "with epsilon = {epsilon:?} and m = {m}, balanced medium-privacy columns \
                          would be all +1 (round(m·e^-epsilon) = m) and carry no information: \
                          use regime='high'"
                     )));
@@ -429,11 +449,10 @@ impl CompressivePrivatization {
             }
             (_, MatrixKind::Rademacher) => SignKind::Bernoulli(p_one),
         };
-        crate::memory::check_fits(
-            (k as usize).saturating_mul(words_per_column(m)),
-            8,
-            &format!("the packed {m}×{k} matrix"),
-        )?;
+        // Checked for both kinds: a balanced matrix is built on the server's first use.
+        SignMatrix::footprint(m, k as usize)
+            .add("column weights", k, 4)
+            .check()?;
         if matrix == MatrixKind::Balanced {
             // Every Z_x is equal: the realized guarantee is ln(a/b) of the common weight,
             // known without the matrix (exact as soon as two columns differ).
@@ -468,8 +487,17 @@ impl CompressivePrivatization {
             });
         }
         let a = SignMatrix::new(key, m, k as usize, sign_kind)?;
-        let ones: Vec<u32> = (0..k as usize).map(|x| a.column_ones(x)).collect();
-        let overlaps = Overlaps::new(&a, &ones);
+        let mut ones = crate::memory::allocate_zeroed::<u32>(k as usize, "column weights")?;
+        ones.par_chunks_mut(1 << 16)
+            .enumerate()
+            .try_for_each(|(c, chunk)| {
+                crate::interrupt::check()?;
+                for (i, n) in chunk.iter_mut().enumerate() {
+                    *n = a.column_ones((c << 16) + i);
+                }
+                Ok::<(), Error>(())
+            })?;
+        let overlaps = Overlaps::new(&a, &ones)?;
 
         let mut internal = epsilon;
         let mut realized = overlaps.realized(m, internal);
@@ -548,8 +576,40 @@ impl CompressivePrivatization {
     }
 
     /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    ///
+    /// Every operation builds the matrix first when it is not built yet
+    /// ([`SignMatrix::footprint`]); an estimate runs OMP with up to min(m − 1, k) atoms
+    /// ([`omp::footprint`](crate::omp::footprint)) and a channel product one `Aᵀw`.
     pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
-        super::vector_footprint("CompressivePrivatization", op, self.k, self.m as u64)
+        let (k, m) = (self.k, self.m as u64);
+        let name = "CompressivePrivatization";
+        let mut f = super::vector_footprint(name, op, k, m);
+        if !self.matrix_built() {
+            f = f.include(&SignMatrix::footprint(self.m, self.k as usize));
+        }
+        match op {
+            super::Operation::Estimate => f.include(&crate::omp::footprint_for(
+                self.m,
+                self.k as usize,
+                self.omp_cap(),
+                true,
+                self.rmatvec_scratch_bytes(),
+            )),
+            super::Operation::ChannelProduct => {
+                f.add("Aᵀw scratch", self.rmatvec_scratch_bytes(), 1)
+            }
+            super::Operation::Simulate { .. } => f,
+        }
+    }
+
+    /// Bytes of the lookup tables of one `Aᵀr` on the m × k matrix.
+    fn rmatvec_scratch_bytes(&self) -> u64 {
+        words_per_column(self.m) as u64 * 8 * 256 * 8
+    }
+
+    /// Most atoms OMP may choose: min(m − 1, k).
+    fn omp_cap(&self) -> usize {
+        (self.m - 1).min(self.k as usize)
     }
     /// ε' of the channel formula (= ε unless calibrated).
     pub fn internal_epsilon(&self) -> f64 {
@@ -577,13 +637,25 @@ impl CompressivePrivatization {
     pub fn key(&self) -> &Key {
         &self.key
     }
-    /// The bit-packed matrix, built (once) on first use; its size was checked at
-    /// construction.
-    pub fn matrix(&self) -> &SignMatrix {
-        self.matrix.get_or_init(|| {
-            SignMatrix::new(self.key, self.m, self.k as usize, self.sign_kind)
-                .expect("the matrix size was checked at construction")
-        })
+    /// The bit-packed matrix, built (once) on first use: refused when it no longer fits in
+    /// the memory budget, or interrupted.
+    pub fn try_matrix(&self) -> Result<&SignMatrix> {
+        if let Some(a) = self.matrix.get() {
+            return Ok(a);
+        }
+        let a = SignMatrix::new(self.key, self.m, self.k as usize, self.sign_kind)?;
+        // Another thread may have built it meanwhile: same key, same matrix.
+        Ok(self.matrix.get_or_init(|| a))
+    }
+
+    /// The matrix, for the infallible `Estimator` methods: the bindings only reach them
+    /// through `Estimator::checked_*`, which build it with [`try_matrix`](Self::try_matrix)
+    /// first (`Estimator::prepare`); a direct Rust caller gets a panic if it does not fit.
+    fn matrix(&self) -> &SignMatrix {
+        match self.try_matrix() {
+            Ok(a) => a,
+            Err(e) => panic!("the compressive-privatization matrix could not be built: {e}"),
+        }
     }
     /// Whether the matrix has been built (clients privatizing small batches never build it).
     pub fn matrix_built(&self) -> bool {
@@ -608,7 +680,23 @@ impl CompressivePrivatization {
     /// Row x of the channel matrix (length m).
     pub fn channel_row(&self, x: u64, row: &mut [f64]) {
         let (a, b) = self.column_probabilities(x);
-        let column = self.matrix().column_bits(x as usize);
+        // The column alone (as a client generates it) unless the matrix is already built.
+        let mut own = Vec::new();
+        let column = match self.matrix.get() {
+            Some(matrix) => matrix.column_bits(x as usize),
+            None => {
+                own.resize(words_per_column(self.m), 0);
+                fill_column(
+                    &self.key,
+                    self.m,
+                    self.sign_kind,
+                    x,
+                    &mut own,
+                    &mut Vec::new(),
+                );
+                &own
+            }
+        };
         for (y, q) in row.iter_mut().enumerate() {
             *q = if (column[y / 64] >> (y % 64)) & 1 == 1 {
                 a
@@ -677,7 +765,7 @@ impl IndexMechanism for CompressivePrivatization {
     /// smaller ones generate each user's column on its own, as a client does.
     fn prepare(&self, batch: usize) -> Result<()> {
         if batch as u64 >= self.k {
-            self.matrix();
+            self.try_matrix()?;
         }
         Ok(())
     }
@@ -732,20 +820,48 @@ impl CompressivePrivatization {
         self.column_probabilities(0)
     }
 
-    /// Sparse recovery with the exact model and the noise-level stop (the "raw" estimate).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
+    /// Sparse recovery with the exact model and the noise-level stop (the "raw" estimate);
+    /// fails only on memory or an interruption.
+    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
         let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
-        self.estimate_sparse(&freq, Some(n), None, LinearModel::Exact)
-            .expect("the exact model accepts any frequencies of length m")
-            .estimate
+        Ok(self
+            .estimate_sparse(&freq, Some(n), None, LinearModel::Exact)?
+            .estimate)
     }
 
     /// Noise-free recovery from exact report frequencies (returns p when it is sparse
     /// enough for OMP to find its support).
+    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
+        Ok(self
+            .estimate_sparse(freq, None, None, LinearModel::Exact)?
+            .estimate)
+    }
+
+    /// [`try_estimate_raw`](Self::try_estimate_raw) for Rust callers that size their
+    /// problems (panics on memory or interruption); the bindings use the fallible form.
+    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
+        self.try_estimate_raw(counts, n)
+            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
+    }
+
+    /// [`try_estimate_from_frequencies`](Self::try_estimate_from_frequencies), panicking.
     pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        self.estimate_sparse(freq, None, None, LinearModel::Exact)
-            .expect("the exact model accepts any frequencies of length m")
-            .estimate
+        self.try_estimate_from_frequencies(freq)
+            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
+    }
+
+    /// [`expected_frequencies`](Self::expected_frequencies), failing (instead of panicking)
+    /// when the matrix cannot be built.
+    pub fn try_expected_frequencies(&self, p: &[f64]) -> Result<Vec<f64>> {
+        self.try_matrix()?;
+        Ok(self.expected_frequencies(p))
+    }
+
+    /// [`channel_apply`](Self::channel_apply), failing (instead of panicking) when the matrix
+    /// cannot be built.
+    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
+        self.try_matrix()?;
+        Ok(self.channel_apply(w))
     }
 
     /// `Q w` (length k): `(Q w)_x = (a_x + b_x)/2 · Σw + (a_x − b_x)/2 · (Aᵀw)_x`.
@@ -815,7 +931,7 @@ impl CompressivePrivatization {
             Some(s) => (s, None),
             None => (cap, Some(noise_level)),
         };
-        let run = omp_with_intercept(self.matrix(), &target, s, tol, intercept)?;
+        let run = omp_with_intercept(self.try_matrix()?, &target, s, tol, intercept)?;
         let estimate = run
             .coef
             .iter()
@@ -865,7 +981,7 @@ impl CompressivePrivatization {
     /// at construction) and one array of m counts.
     pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
         simulation_users(self.k, true_counts)?;
-        let matrix = self.matrix();
+        let matrix = self.try_matrix()?;
         let mut counts = crate::memory::allocate_zeroed::<u64>(self.m, "the report counts")?;
         let cells = as_atomic(&mut counts);
         let uniform = draw_own_counts(

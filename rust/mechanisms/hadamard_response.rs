@@ -28,7 +28,8 @@ use super::{
     IndexMechanism, Operation, SimulationPhase,
 };
 use crate::error::Result;
-use crate::hadamard::fwht_in_place;
+use crate::hadamard::{fwht_in_place, fwht_in_place_checked, Butterfly};
+use crate::interrupt::{self, uninterrupted, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{binomial, uniform_below, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
@@ -192,41 +193,82 @@ impl HadamardResponse {
         }
     }
 
-    /// Report counts per block, transformed in place: `t[j·b + r] = (H_b c_j)_r` (exact
-    /// integers: every |entry| is at most the number of reports).
-    fn block_transforms(&self, mut t: Vec<i64>) -> Vec<i64> {
-        for block in t.chunks_exact_mut(self.b as usize) {
-            fwht_in_place(block);
+    /// `H_b` applied to every block of `t` (length K), calling `check` between tasks: one
+    /// parallel transform per block when blocks are large, many small blocks per task
+    /// otherwise.
+    fn transform_blocks<T: Butterfly, C: Check>(&self, t: &mut [T], check: &C) -> Result<()> {
+        let b = self.b as usize;
+        if b >= 1 << 16 {
+            for block in t.chunks_exact_mut(b) {
+                fwht_in_place_checked(block, check)?;
+            }
+            Ok(())
+        } else {
+            let per_task = ((1usize << 16) / b).max(1);
+            t.par_chunks_mut(b * per_task).try_for_each(|blocks| {
+                check()?;
+                blocks.chunks_exact_mut(b).for_each(fwht_in_place);
+                Ok(())
+            })
         }
-        t
     }
 
     /// Unbiased estimate from the report histogram (length K, `n > 0`).
     pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        let t = self.block_transforms(counts.iter().map(|&c| c as i64).collect());
-        let freq_of = |v: i64| v as f64 / n as f64;
-        self.estimate_from_transforms(|j, r| freq_of(t[(j * self.b + r) as usize]))
+        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
+    }
+
+    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
+    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
+        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    }
+
+    /// Every |entry| of the block transforms is at most the number of reports: exact in i64.
+    fn try_estimate_raw_with<C: Check>(
+        &self,
+        counts: &[u64],
+        n: u64,
+        check: &C,
+    ) -> Result<Vec<f64>> {
+        let mut t: Vec<i64> = counts.par_iter().map(|&c| c as i64).collect();
+        self.transform_blocks(&mut t, check)?;
+        let n = n as f64;
+        Ok(self.estimate_from_transforms(|j, r| t[(j * self.b + r) as usize] as f64 / n))
     }
 
     /// Unbiased estimate from report frequencies (length K), e.g. exact expectations.
     pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
+    }
+
+    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
+    /// interrupted.
+    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
+        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    }
+
+    fn try_estimate_from_frequencies_with<C: Check>(
+        &self,
+        freq: &[f64],
+        check: &C,
+    ) -> Result<Vec<f64>> {
         let mut t = freq.to_vec();
-        for block in t.chunks_exact_mut(self.b as usize) {
-            fwht_in_place(block);
-        }
-        self.estimate_from_transforms(|j, r| t[(j * self.b + r) as usize])
+        self.transform_blocks(&mut t, check)?;
+        Ok(self.estimate_from_transforms(|j, r| t[(j * self.b + r) as usize]))
     }
 
     /// The estimator, given `transformed(j, r) = (H_b f_j)_r` for the block frequencies f_j.
-    fn estimate_from_transforms(&self, transformed: impl Fn(u64, u64) -> f64) -> Vec<f64> {
+    fn estimate_from_transforms(&self, transformed: impl Fn(u64, u64) -> f64 + Sync) -> Vec<f64> {
         let (e, z) = self.realized_ez();
         let b = self.b as f64;
         let block_mass: Vec<f64> = (0..self.blocks)
             .map(|j| (transformed(j, 0) * z - b) / ((b / 2.0) * (e - 1.0)))
             .collect();
-        (0..self.k)
+        (0..self.k as usize)
+            .into_par_iter()
+            .with_min_len(1 << 14)
             .map(|x| {
-                let (j, r) = self.place(x);
+                let (j, r) = self.place(x as u64);
                 let s = (transformed(j, 0) + transformed(j, r)) / 2.0;
                 (4.0 * s * z / b - 2.0) / (e - 1.0) - block_mass[j as usize]
             })
@@ -235,7 +277,17 @@ impl HadamardResponse {
 
     /// Expected report frequencies `Qᵀ dist` (length K), one FWHT per block.
     pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
+    }
+
+    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
+    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
+        self.try_expected_frequencies_with(dist, &interrupt::check)
+    }
+
+    fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
         let (e, z) = self.realized_ez();
+        // In index order (a parallel float sum would depend on the thread count).
         let total: f64 = dist.iter().sum();
         let mut out = vec![0.0; (self.blocks * self.b) as usize];
         // Σ_{x in block j, z ∈ C_x} p_x = (P_j + (H p_j)_z)/2 with p_j placed at rows 1..b−1.
@@ -243,33 +295,50 @@ impl HadamardResponse {
             let (j, r) = self.place(x as u64);
             out[(j * self.b + r) as usize] = v;
         }
-        for block in out.chunks_exact_mut(self.b as usize) {
-            let mass: f64 = block.iter().sum();
-            fwht_in_place(block);
-            block
-                .iter_mut()
-                .for_each(|v| *v = (total + (e - 1.0) * (mass + *v) / 2.0) / z);
-        }
-        out
+        let mass = self.block_sums(&out);
+        self.transform_blocks(&mut out, check)?;
+        out.par_chunks_mut(self.b as usize)
+            .zip(&mass)
+            .for_each(|(block, &mass)| {
+                block
+                    .iter_mut()
+                    .for_each(|v| *v = (total + (e - 1.0) * (mass + *v) / 2.0) / z)
+            });
+        Ok(out)
+    }
+
+    /// The sum of each block of `t`, each in index order.
+    fn block_sums(&self, t: &[f64]) -> Vec<f64> {
+        t.par_chunks(self.b as usize)
+            .map(|block| block.iter().sum())
+            .collect()
     }
 
     /// `Q w` (length k): `(Q w)_x = Σ_z Q(z|x) w_z`, the adjoint of `expected_frequencies`.
     pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
+    }
+
+    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
+    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
+        self.try_channel_apply_with(w, &interrupt::check)
+    }
+
+    fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
         let (e, z) = self.realized_ez();
         let total: f64 = w.iter().sum();
         let mut t = w.to_vec();
-        let mut mass = vec![0.0; self.blocks as usize];
-        for (j, block) in t.chunks_exact_mut(self.b as usize).enumerate() {
-            mass[j] = block.iter().sum();
-            fwht_in_place(block);
-        }
-        (0..self.k)
+        let mass = self.block_sums(&t);
+        self.transform_blocks(&mut t, check)?;
+        Ok((0..self.k as usize)
+            .into_par_iter()
+            .with_min_len(1 << 14)
             .map(|x| {
-                let (j, r) = self.place(x);
+                let (j, r) = self.place(x as u64);
                 let inside = (mass[j as usize] + t[(j * self.b + r) as usize]) / 2.0;
                 (total + (e - 1.0) * inside) / z
             })
-            .collect()
+            .collect())
     }
 
     /// The probability `1 − α = (K·ρ − h)/(K − h)` that a user reports uniformly inside its

@@ -90,6 +90,7 @@ use super::{
     IndexMechanism, Operation, SimulationPhase,
 };
 use crate::error::{Error, Result};
+use crate::interrupt::{self, uninterrupted, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{spread_uniform, uniform_below, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
@@ -286,7 +287,7 @@ fn choose_prime(k: u64, epsilon: f64) -> Result<u64> {
     }
     Err(Error::Value(if fits {
         format!(
-            "epsilon = {epsilon} is too small: the keep probability e^ε/(e^ε + g − 1), rounded \
+            "epsilon = {epsilon:?} is too small: the keep probability e^ε/(e^ε + g − 1), rounded \
              down so that the realized guarantee never exceeds ε, is not above 1/g"
         )
     } else {
@@ -340,7 +341,7 @@ impl OptimizedLocalHashing {
         })?;
         let p = keep_probability(g, epsilon).ok_or_else(|| {
             Error::Value(format!(
-                "epsilon = {epsilon} is too small: the keep probability, rounded down, is not \
+                "epsilon = {epsilon:?} is too small: the keep probability, rounded down, is not \
                  above 1/g = 1/{g}"
             ))
         })?;
@@ -491,21 +492,21 @@ impl OptimizedLocalHashing {
     }
 
     /// `S(x) = Σ_A w[A·g + h_A(x)]` for x < k (w of length g^{t+1}; the digit passes reuse
-    /// its storage).
-    fn adjoint(&self, w: Vec<f64>) -> Vec<f64> {
+    /// its storage). `check` runs between parallel tasks; its error stops the computation.
+    fn adjoint<C: Check>(&self, w: Vec<f64>, check: &C) -> Result<Vec<f64>> {
         if self.digit_passes_are_cheaper() {
-            self.adjoint_by_digits_owned(w)
+            self.adjoint_by_digits_owned(w, check)
         } else {
-            self.adjoint_by_hash(&w)
+            self.adjoint_by_hash(&w, check)
         }
     }
 
     /// `M[A·g + y] = Σ_{x : h_A(x) = y} d_x` (d of length k).
-    fn forward(&self, d: &[f64]) -> Vec<f64> {
+    fn forward<C: Check>(&self, d: &[f64], check: &C) -> Result<Vec<f64>> {
         if self.digit_passes_are_cheaper() {
-            self.forward_by_digits(d)
+            self.forward_by_digits(d, check)
         } else {
-            self.forward_by_hash(d)
+            self.forward_by_hash(d, check)
         }
     }
 
@@ -513,7 +514,12 @@ impl OptimizedLocalHashing {
     /// replaces the lowest digit `d_0 = v` by its partner u, moved to the top:
     /// `dst[r + g·R + g^t·u] = Σ_v src[((r + s·u·v) mod g) + g·v + g²·R]`, with `s = +1`
     /// (adjoint: v = a_j, u = x_j) or `s = −1` (forward: v = x_j, u = a_j).
-    fn digit_passes(&self, mut src: Vec<f64>, forward: bool) -> Vec<f64> {
+    fn digit_passes<C: Check>(
+        &self,
+        mut src: Vec<f64>,
+        forward: bool,
+        check: &C,
+    ) -> Result<Vec<f64>> {
         let g = self.g as usize;
         let inner = self.hashes as usize / g; // g^{t−1} values of R
         let mut dst = vec![0.0; src.len()];
@@ -527,7 +533,8 @@ impl OptimizedLocalHashing {
             let src_ref = &src;
             dst.par_chunks_mut(g * per_task)
                 .enumerate()
-                .for_each(|(task, out)| {
+                .try_for_each(|(task, out)| {
+                    check()?;
                     let u = task / tasks_per_u;
                     let first = (task % tasks_per_u) * per_task;
                     let step = if forward { (g - u) % g } else { u };
@@ -550,30 +557,31 @@ impl OptimizedLocalHashing {
                             }
                         }
                     }
-                });
+                    Ok(())
+                })?;
             std::mem::swap(&mut src, &mut dst);
         }
-        src
+        Ok(src)
     }
 
     #[cfg(test)]
     fn adjoint_by_digits(&self, w: &[f64]) -> Vec<f64> {
-        self.adjoint_by_digits_owned(w.to_vec())
+        uninterrupted(self.adjoint_by_digits_owned(w.to_vec(), &interrupt::never))
     }
 
-    fn adjoint_by_digits_owned(&self, w: Vec<f64>) -> Vec<f64> {
+    fn adjoint_by_digits_owned<C: Check>(&self, w: Vec<f64>, check: &C) -> Result<Vec<f64>> {
         let g = self.g as usize;
-        let d = self.digit_passes(w, false);
-        (0..self.k as usize).map(|x| d[g * x]).collect()
+        let d = self.digit_passes(w, false, check)?;
+        Ok((0..self.k as usize).map(|x| d[g * x]).collect())
     }
 
-    fn forward_by_digits(&self, dist: &[f64]) -> Vec<f64> {
+    fn forward_by_digits<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
         let g = self.g as usize;
         let mut src = vec![0.0; (self.hashes * self.g) as usize];
         for (x, &v) in dist.iter().enumerate() {
             src[g * x] = v;
         }
-        self.digit_passes(src, true)
+        self.digit_passes(src, true, check)
     }
 
     /// Values of x per parallel task of hash-by-hash decoding.
@@ -582,7 +590,7 @@ impl OptimizedLocalHashing {
         self.k.div_ceil(tasks).clamp(256, 1 << 16) as usize
     }
 
-    fn adjoint_by_hash(&self, w: &[f64]) -> Vec<f64> {
+    fn adjoint_by_hash<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
         let g = self.g as usize;
         let t = self.t as usize;
         // Hashes with a nonzero weight (with few reports, most have none).
@@ -592,29 +600,39 @@ impl OptimizedLocalHashing {
             .collect();
         let mut out = vec![0.0; self.k as usize];
         let block = self.x_block();
-        out.par_chunks_mut(block).enumerate().for_each(|(c, out)| {
-            let start = (c * block) as u64;
-            let end = start + out.len() as u64;
-            let mut digits = [0u64; MAX_DIGITS];
-            for &a in &active {
-                self.digits(a, &mut digits);
-                let row = &w[a as usize * g..][..g];
-                self.for_each_product(&digits[..t], start, end, |x, h| {
-                    out[(x - start) as usize] += row[h];
-                });
-            }
-        });
-        out
+        // Hashes between checks: about 2^20 hash evaluations.
+        let per_check = ((1usize << 20) / block).max(1);
+        out.par_chunks_mut(block)
+            .enumerate()
+            .try_for_each(|(c, out)| {
+                let start = (c * block) as u64;
+                let end = start + out.len() as u64;
+                let mut digits = [0u64; MAX_DIGITS];
+                for group in active.chunks(per_check) {
+                    check()?;
+                    for &a in group {
+                        self.digits(a, &mut digits);
+                        let row = &w[a as usize * g..][..g];
+                        self.for_each_product(&digits[..t], start, end, |x, h| {
+                            out[(x - start) as usize] += row[h];
+                        });
+                    }
+                }
+                Ok(())
+            })?;
+        Ok(out)
     }
 
-    fn forward_by_hash(&self, dist: &[f64]) -> Vec<f64> {
+    fn forward_by_hash<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
         let g = self.g as usize;
         let t = self.t as usize;
         let mut out = vec![0.0; (self.hashes * self.g) as usize];
-        let rows_per_task = (4096 / g).max(1);
+        // One row is k hash evaluations; a task holds about 2^20 of them.
+        let rows_per_task = ((1usize << 20) / self.k as usize).clamp(1, (4096 / g).max(1));
         out.par_chunks_mut(g * rows_per_task)
             .enumerate()
-            .for_each(|(c, rows)| {
+            .try_for_each(|(c, rows)| {
+                check()?;
                 let mut digits = [0u64; MAX_DIGITS];
                 for (i, row) in rows.chunks_exact_mut(g).enumerate() {
                     self.digits((c * rows_per_task + i) as u64, &mut digits);
@@ -622,15 +640,16 @@ impl OptimizedLocalHashing {
                         row[h] += dist[x as usize];
                     });
                 }
-            });
-        out
+                Ok(())
+            })?;
+        Ok(out)
     }
 
     /// `C(x)`: the number of counted reports that support x (`h_A(x) = y`), from the report
     /// histogram (length g^{t+1}). Exact below 2^53 reports.
     pub fn support_counts(&self, counts: &[u64]) -> Vec<f64> {
         let w: Vec<f64> = counts.par_iter().map(|&c| c as f64).collect();
-        self.adjoint(w)
+        uninterrupted(self.adjoint(w, &interrupt::never))
     }
 
     /// Row x of the channel matrix (length g^{t+1}).
@@ -648,48 +667,98 @@ impl OptimizedLocalHashing {
 
     /// Unbiased estimate from the report histogram (length g^{t+1}, `n = Σ counts > 0`).
     pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
+        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
+    }
+
+    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
+    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
+        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    }
+
+    fn try_estimate_raw_with<C: Check>(
+        &self,
+        counts: &[u64],
+        n: u64,
+        check: &C,
+    ) -> Result<Vec<f64>> {
+        let w: Vec<f64> = counts.par_iter().map(|&c| c as f64).collect();
         let inv_g = 1.0 / self.g as f64;
         let gap = self.p - inv_g;
         let n = n as f64;
-        self.support_counts(counts)
+        Ok(self
+            .adjoint(w, check)?
             .into_iter()
             .map(|c| (c / n - inv_g) / gap)
-            .collect()
+            .collect())
     }
 
     /// Unbiased estimate from report frequencies (length g^{t+1}, summing to 1).
     pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
+    }
+
+    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
+    /// interrupted.
+    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
+        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    }
+
+    fn try_estimate_from_frequencies_with<C: Check>(
+        &self,
+        freq: &[f64],
+        check: &C,
+    ) -> Result<Vec<f64>> {
         let inv_g = 1.0 / self.g as f64;
         let gap = self.p - inv_g;
-        self.adjoint(freq.to_vec())
+        Ok(self
+            .adjoint(freq.to_vec(), check)?
             .into_iter()
             .map(|s| (s - inv_g) / gap)
-            .collect()
+            .collect())
     }
 
     /// Expected report frequencies `Qᵀ dist` (length g^{t+1}):
     /// `(q·Σ dist + (p − q)·Σ_{x : h_A(x) = y} dist_x) / g^t`.
     pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
+    }
+
+    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
+    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
+        self.try_expected_frequencies_with(dist, &interrupt::check)
+    }
+
+    fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
         let (p, q) = self.probabilities();
+        // In index order (a parallel float sum would depend on the thread count).
         let total: f64 = dist.iter().sum();
         let scale = self.hashes as f64;
-        let mut m = self.forward(dist);
+        let mut m = self.forward(dist, check)?;
         m.par_iter_mut()
             .for_each(|v| *v = (q * total + (p - q) * *v) / scale);
-        m
+        Ok(m)
     }
 
     /// `Q w` (length k): `(q·Σ w + (p − q)·Σ_A w[A·g + h_A(x)]) / g^t`, the adjoint of
     /// [`expected_frequencies`](Self::expected_frequencies).
     pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
+        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
+    }
+
+    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
+    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
+        self.try_channel_apply_with(w, &interrupt::check)
+    }
+
+    fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
         let (p, q) = self.probabilities();
         // In index order (a parallel float sum would depend on the thread count).
         let total: f64 = w.iter().sum();
         let scale = self.hashes as f64;
-        let mut s = self.adjoint(w.to_vec());
-        s.iter_mut()
+        let mut s = self.adjoint(w.to_vec(), check)?;
+        s.par_iter_mut()
             .for_each(|v| *v = (q * total + (p - q) * *v) / scale);
-        s
+        Ok(s)
     }
 }
 
@@ -1159,8 +1228,15 @@ mod tests {
             let label = format!("k {k} g {} t {}", m.g, m.t);
             // Both algorithms, both directions.
             let w: Vec<f64> = (0..size).map(|z| (z as f64 * 0.37).sin()).collect();
-            let (a1, a2) = (m.adjoint_by_digits(&w), m.adjoint_by_hash(&w));
-            let (f1, f2) = (m.forward_by_digits(&p), m.forward_by_hash(&p));
+            let never = &interrupt::never;
+            let (a1, a2) = (
+                m.adjoint_by_digits(&w),
+                m.adjoint_by_hash(&w, never).unwrap(),
+            );
+            let (f1, f2) = (
+                m.forward_by_digits(&p, never).unwrap(),
+                m.forward_by_hash(&p, never).unwrap(),
+            );
             for (a, b) in a1.iter().zip(&a2).chain(f1.iter().zip(&f2)) {
                 assert!((a - b).abs() < 1e-9, "{label}: {a} vs {b}");
             }
@@ -1209,7 +1285,12 @@ mod tests {
             }
             let w: Vec<f64> = counts.iter().map(|&c| c as f64).collect();
             assert_eq!(m.adjoint_by_digits(&w), direct, "k {k} g {}", m.g);
-            assert_eq!(m.adjoint_by_hash(&w), direct, "k {k} g {}", m.g);
+            assert_eq!(
+                m.adjoint_by_hash(&w, &interrupt::never).unwrap(),
+                direct,
+                "k {k} g {}",
+                m.g
+            );
             assert_eq!(m.support_counts(&counts), direct);
             let est = m.estimate_raw(&counts, n as u64);
             let inv_g = 1.0 / m.g as f64;

@@ -167,7 +167,7 @@ impl FastDiv {
 }
 
 /// Unsigned integer types reports are stored in (the smallest that holds `output_size − 1`).
-pub trait ReportInt: Copy + Send + Sync + Default + 'static {
+pub trait ReportInt: crate::memory::Zeroable + Send + Sync + Default + 'static {
     fn from_u64(v: u64) -> Self;
     fn to_u64(self) -> u64;
 }
@@ -726,16 +726,25 @@ pub fn privatize_bits<M: BitMechanism>(
     if width == 0 {
         return Ok(());
     }
+    // Interruption is checked before every 2^20 bytes of rows.
+    let rows_per_check = ((1usize << 20) / width).clamp(1, SAMPLE_CHUNK);
     out.par_chunks_mut(SAMPLE_CHUNK * width)
         .enumerate()
-        .for_each(|(c, rows)| {
+        .try_for_each(|(c, rows)| {
             let mut rng = stream(key, c as u64);
             let first = c * SAMPLE_CHUNK;
-            for (row, &x) in rows.chunks_exact_mut(width).zip(&values[first..]) {
+            for (i, (row, &x)) in rows
+                .chunks_exact_mut(width)
+                .zip(&values[first..])
+                .enumerate()
+            {
+                if i % rows_per_check == 0 {
+                    crate::interrupt::check()?;
+                }
                 mechanism.sample_into(&mut rng, x as u64, row);
             }
-        });
-    Ok(())
+            Ok(())
+        })
 }
 
 /// Whether a row's padding bits are zero and the mechanism accepts it.
@@ -748,9 +757,40 @@ fn row_is_valid<M: BitMechanism>(mechanism: &M, row: &[u8]) -> bool {
     padding_clear && mechanism.valid_row(row)
 }
 
+/// Bytes of a row handled by one byte-value table in [`aggregate_bits`]: a table of
+/// 256 counts per byte is 2 MiB, cache-sized.
+pub const BIT_TILE_BYTES: usize = 1 << 10;
+
+/// Bytes of reports one task of [`aggregate_bits`] reads (the unit of interruption).
+const BIT_TASK_BYTES: usize = 1 << 22;
+
+/// The buffers [`aggregate_bits`] allocates for `n` rows of `bits` bits: the per-bit
+/// histogram, one byte-value table of a tile of [`BIT_TILE_BYTES`] per worker thread, and,
+/// when invalid rows are dropped, one validity bit per row. O(bits + n/8 + threads · 2 MiB),
+/// never O(threads × bits × 256).
+pub fn bit_aggregation_footprint(bits: u64, rows: u64) -> Footprint {
+    let tile = row_bytes(bits).min(BIT_TILE_BYTES) as u64;
+    Footprint::new(format!("aggregating {rows} reports of {bits} bits"))
+        .add("the per-bit histogram", bits, 8)
+        .add(
+            "byte-value tables (one per thread)",
+            (rayon::current_num_threads() as u64).saturating_mul(tile * 256),
+            8,
+        )
+        .add("row validity bits", rows.div_ceil(64), 8)
+}
+
 /// Add the per-bit counts of packed `reports` (`n · row_bytes` bytes) to `counts` (length
-/// `bits`). Malformed rows are tallied; with `drop_invalid == false` any of them is an error
-/// and `counts` is left untouched.
+/// `bits`). Malformed rows are tallied; with `drop_invalid == false` any of them is an error.
+/// All or nothing: on an error (malformed rows without `drop_invalid`, an interruption, a
+/// count that would pass 2^64 − 1, memory) `counts` is left as it was.
+///
+/// Rows are cut into tiles of at most [`BIT_TILE_BYTES`] bytes; a task counts the byte
+/// values of one tile over a block of rows in a private table (one increment per byte,
+/// however many bits are set), expands them to bits (bit t of byte b was set in
+/// `Σ_{v: bit t of v} count[b][v]` rows) and adds them to a shared histogram with atomic
+/// integer additions (exact, so the result does not depend on the thread count). Memory:
+/// [`bit_aggregation_footprint`].
 pub fn aggregate_bits<M: BitMechanism>(
     mechanism: &M,
     reports: &[u8],
@@ -772,47 +812,24 @@ pub fn aggregate_bits<M: BitMechanism>(
         )));
     }
     let n = reports.len() / width;
-    // Count byte values per byte position (one increment per byte, however many bits are
-    // set), then expand: bit t of position b was set in Σ_{v: bit t of v} count[b][v] rows.
-    let (byte_counts, invalid) = reports
-        .par_chunks(SAMPLE_CHUNK * width)
-        .fold(
-            || (vec![0u64; width * 256], 0u64),
-            |(mut h, mut bad), rows| {
-                for row in rows.chunks_exact(width) {
-                    if !row_is_valid(mechanism, row) {
-                        bad += 1;
-                        continue;
-                    }
-                    for (b, &byte) in row.iter().enumerate() {
-                        h[b * 256 + byte as usize] += 1;
-                    }
-                }
-                (h, bad)
-            },
-        )
-        .reduce(
-            || (vec![0u64; width * 256], 0u64),
-            |(mut a, bad_a), (b, bad_b)| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                (a, bad_a + bad_b)
-            },
-        );
-    let mut histogram = vec![0u64; bits as usize];
-    for (b, values) in byte_counts.chunks_exact(256).enumerate() {
-        for (v, &c) in values.iter().enumerate().filter(|&(_, &c)| c > 0) {
-            for t in 0..8 {
-                if v & (0x80 >> t) != 0 {
-                    histogram[8 * b + t] += c;
-                }
-            }
-        }
-    }
+    bit_aggregation_footprint(bits, n as u64).check()?;
+    // Rows per block: about BIT_TASK_BYTES of reports per task (validation reads whole rows).
+    let block_rows = (BIT_TASK_BYTES / width).max(1);
+    let invalid = reports
+        .par_chunks(block_rows * width)
+        .map(|rows| -> Result<u64> {
+            crate::interrupt::check()?;
+            Ok(rows
+                .chunks_exact(width)
+                .filter(|row| !row_is_valid(mechanism, row))
+                .count() as u64)
+        })
+        .try_reduce(|| 0, |a, b| Ok(a + b))?;
     let first_invalid = (invalid > 0)
         .then(|| {
             reports
-                .chunks_exact(width)
-                .position(|row| !row_is_valid(mechanism, row))
+                .par_chunks_exact(width)
+                .position_first(|row| !row_is_valid(mechanism, row))
         })
         .flatten();
     if invalid > 0 && !drop_invalid {
@@ -821,6 +838,83 @@ pub fn aggregate_bits<M: BitMechanism>(
              of this mechanism); the first is row {} (pass on_invalid='drop' to drop and count them)",
             first_invalid.unwrap_or(0)
         )));
+    }
+    // Which rows to count, when some are dropped: one bit per row.
+    let valid_rows = if invalid > 0 {
+        let mut words = crate::memory::allocate_zeroed::<u64>(n.div_ceil(64), "row validity bits")?;
+        words
+            .par_chunks_mut(block_rows.div_ceil(64).max(1))
+            .enumerate()
+            .try_for_each(|(c, chunk)| {
+                crate::interrupt::check()?;
+                let first = c * block_rows.div_ceil(64).max(1) * 64;
+                for (w, word) in chunk.iter_mut().enumerate() {
+                    for t in 0..64 {
+                        let i = first + 64 * w + t;
+                        if i < n && row_is_valid(mechanism, &reports[i * width..(i + 1) * width]) {
+                            *word |= 1 << t;
+                        }
+                    }
+                }
+                Ok::<(), Error>(())
+            })?;
+        Some(words)
+    } else {
+        None
+    };
+    let mut histogram =
+        crate::memory::allocate_zeroed::<u64>(bits as usize, "the per-bit histogram")?;
+    let cells = as_atomic(&mut histogram);
+    let tile = width.min(BIT_TILE_BYTES);
+    let tiles = width.div_ceil(tile);
+    let tile_rows = (BIT_TASK_BYTES / tile).max(1);
+    let blocks = n.div_ceil(tile_rows);
+    (0..blocks * tiles).into_par_iter().try_for_each_init(
+        || crate::memory::allocate_zeroed::<u64>(tile * 256, "a byte-value table"),
+        |table, task| -> Result<()> {
+            crate::interrupt::check()?;
+            let table = match table {
+                Ok(t) => t,
+                Err(e) => return Err(Error::Memory(e.to_string())),
+            };
+            let (block, t) = (task / tiles, task % tiles);
+            let (first_byte, last_byte) = (t * tile, ((t + 1) * tile).min(width));
+            let span = last_byte - first_byte;
+            table[..span * 256].fill(0);
+            let first_row = block * tile_rows;
+            let last_row = (first_row + tile_rows).min(n);
+            for i in first_row..last_row {
+                if let Some(valid) = &valid_rows {
+                    if valid[i / 64] >> (i % 64) & 1 == 0 {
+                        continue;
+                    }
+                }
+                let row = &reports[i * width + first_byte..i * width + last_byte];
+                for (b, &byte) in row.iter().enumerate() {
+                    table[b * 256 + byte as usize] += 1;
+                }
+            }
+            for (b, values) in table[..span * 256].chunks_exact(256).enumerate() {
+                let mut per_bit = [0u64; 8];
+                for (v, &c) in values.iter().enumerate().filter(|&(_, &c)| c > 0) {
+                    for (t, slot) in per_bit.iter_mut().enumerate() {
+                        if v & (0x80 >> t) != 0 {
+                            *slot += c;
+                        }
+                    }
+                }
+                let base = 8 * (first_byte + b);
+                for (t, &c) in per_bit.iter().enumerate() {
+                    if c > 0 && base + t < bits as usize {
+                        cells[base + t].fetch_add(c, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(())
+        },
+    )?;
+    if let Some(j) = (0..bits as usize).find(|&j| counts[j].checked_add(histogram[j]).is_none()) {
+        return Err(count_overflow(j));
     }
     counts.iter_mut().zip(&histogram).for_each(|(c, h)| *c += h);
     Ok(Tally {
@@ -937,26 +1031,53 @@ pub trait Estimator: Sync {
     fn simulate_counts(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>>;
     /// The buffers `op` allocates (outputs included), for the memory guard.
     fn footprint(&self, op: Operation) -> Footprint;
+    /// Build, fallibly, what the infallible server methods need (compressive privatization's
+    /// matrix); the `checked_*` methods call it after the memory guard.
+    fn prepare_server(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// [`Estimator::estimate_raw`], for estimators that can fail on their own (memory of an
+    /// iterative solver, an interruption).
+    fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
+        Ok(self.estimate_raw(counts, n))
+    }
+    /// [`Estimator::estimate_from_frequencies`], fallible (see `try_estimate_raw`).
+    fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.estimate_from_frequencies(freq))
+    }
+    /// [`Estimator::expected_frequencies`], fallible (see `try_estimate_raw`).
+    fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.expected_frequencies(dist))
+    }
+    /// [`Estimator::channel_apply`], fallible (see `try_estimate_raw`).
+    fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
+        Ok(self.channel_apply(w))
+    }
 
     /// [`Estimator::estimate_raw`] after the memory guard.
     fn checked_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
         self.footprint(Operation::Estimate).check()?;
-        Ok(self.estimate_raw(counts, n))
+        self.prepare_server()?;
+        self.try_estimate_raw(counts, n)
     }
     /// [`Estimator::estimate_from_frequencies`] after the memory guard.
     fn checked_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
         self.footprint(Operation::Estimate).check()?;
-        Ok(self.estimate_from_frequencies(freq))
+        self.prepare_server()?;
+        self.try_estimate_from_frequencies(freq)
     }
     /// [`Estimator::expected_frequencies`] after the memory guard.
     fn checked_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
         self.footprint(Operation::ChannelProduct).check()?;
-        Ok(self.expected_frequencies(dist))
+        self.prepare_server()?;
+        self.try_expected_frequencies(dist)
     }
     /// [`Estimator::channel_apply`] after the memory guard.
     fn checked_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
         self.footprint(Operation::ChannelProduct).check()?;
-        Ok(self.channel_apply(w))
+        self.prepare_server()?;
+        self.try_channel_apply(w)
     }
     /// [`Estimator::simulate_counts`] after the memory guard; the total number of users
     /// must fit in u64.
@@ -995,6 +1116,21 @@ macro_rules! impl_estimator {
         }
         fn channel_apply(&$this, w: &[f64]) -> Vec<f64> { $inner.channel_apply(w) }
     };
+    (@linear fallible $this:ident => $inner:expr) => {
+        $crate::mechanisms::impl_estimator!(@linear delegate $this => $inner);
+        fn try_estimate_raw(&$this, counts: &[u64], n: u64) -> $crate::error::Result<Vec<f64>> {
+            $inner.try_estimate_raw(counts, n)
+        }
+        fn try_estimate_from_frequencies(&$this, freq: &[f64]) -> $crate::error::Result<Vec<f64>> {
+            $inner.try_estimate_from_frequencies(freq)
+        }
+        fn try_expected_frequencies(&$this, dist: &[f64]) -> $crate::error::Result<Vec<f64>> {
+            $inner.try_expected_frequencies(dist)
+        }
+        fn try_channel_apply(&$this, w: &[f64]) -> $crate::error::Result<Vec<f64>> {
+            $inner.try_channel_apply(w)
+        }
+    };
     (@linear symmetric $this:ident => $inner:expr) => {
         fn estimate_raw(&$this, counts: &[u64], n: u64) -> Vec<f64> {
             $inner.symmetric().estimate_raw(counts, n)
@@ -1023,6 +1159,9 @@ macro_rules! impl_estimator {
     (index $t:ty, $linear:ident) => {
         impl $crate::mechanisms::Estimator for $t {
             $crate::mechanisms::impl_estimator!(@common $linear self => self);
+            fn prepare_server(&self) -> $crate::error::Result<()> {
+                $crate::mechanisms::IndexMechanism::prepare(self, usize::MAX)
+            }
             fn domain_size(&self) -> u64 {
                 $crate::mechanisms::IndexMechanism::domain(self)
             }
@@ -1067,9 +1206,9 @@ macro_rules! impl_estimator {
 pub(crate) use impl_estimator;
 
 impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
-impl_estimator!(index hadamard_response::HadamardResponse);
-impl_estimator!(index local_hashing::OptimizedLocalHashing);
-impl_estimator!(index compressive::CompressivePrivatization);
+impl_estimator!(index hadamard_response::HadamardResponse, fallible);
+impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
+impl_estimator!(index compressive::CompressivePrivatization, fallible);
 impl_estimator!(bits unary_encoding::Rappor, self => (**self), symmetric);
 impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self), symmetric);
 impl_estimator!(bits subset_selection::SubsetSelection, self => self, symmetric);
@@ -1461,5 +1600,102 @@ pub(crate) mod testing {
                 (o - e) * (o - e) / e
             })
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod aggregation_tests {
+    use super::unary_encoding::Rappor;
+    use super::*;
+
+    /// Reports with a few malformed entries, deterministic.
+    fn words(n: usize, salt: u32) -> impl Iterator<Item = u32> {
+        (0..n as u32).map(move |i| (i ^ salt).wrapping_mul(2_654_435_761).rotate_left(7))
+    }
+
+    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+            .install(f)
+    }
+
+    #[test]
+    fn index_aggregation_matches_a_plain_count_in_both_strategies_and_rolls_back() {
+        // 1000 outputs: private tables; 2^18 > PRIVATE_HISTOGRAM_MAX: in place (atomics).
+        for size in [1000usize, 1 << 18] {
+            let mut reports: Vec<u32> = words(300_000, 5).map(|w| w % size as u32).collect();
+            let mut want = vec![3u64; size];
+            for &r in &reports {
+                want[r as usize] += 1;
+            }
+            for threads in [1, 3] {
+                let mut counts = vec![3u64; size];
+                in_pool(threads, || aggregate(&reports, &mut counts, false)).unwrap();
+                assert_eq!(counts, want, "size {size}, {threads} threads");
+            }
+            // An invalid report late in the batch: refused, counts untouched.
+            reports[250_000] = size as u32;
+            let mut counts = vec![3u64; size];
+            let e = aggregate(&reports, &mut counts, false).unwrap_err();
+            assert!(e.to_string().contains("reports[250000]"), "{e}");
+            assert!(
+                counts.iter().all(|&c| c == 3),
+                "size {size}: not rolled back"
+            );
+            // Dropped instead: counted without it.
+            let t = aggregate(&reports, &mut counts, true).unwrap();
+            assert_eq!((t.invalid, t.first_invalid), (1, Some(250_000)));
+            // A count that would wrap: refused, untouched.
+            let mut full = vec![0u64; size];
+            full[reports[0] as usize] = u64::MAX;
+            let before = full.clone();
+            assert!(aggregate(&reports[..10], &mut full, false).is_err());
+            assert_eq!(full, before, "size {size}: overflow not rolled back");
+        }
+    }
+
+    #[test]
+    fn bit_aggregation_over_several_tiles_matches_a_plain_count() {
+        // 3·BIT_TILE_BYTES·8 + 1 bits: four tiles, 7 padding bits in the last byte.
+        let bits = (3 * BIT_TILE_BYTES * 8 + 1) as u64;
+        let m = Rappor::new(bits, 1.0).unwrap();
+        let width = row_bytes(bits);
+        let rows = 700;
+        let mut reports: Vec<u8> = words(rows * width, 9).map(|w| w as u8).collect();
+        // Clear the padding of every row but rows 100 and 650 (malformed).
+        for i in 0..rows {
+            if i != 100 && i != 650 {
+                reports[i * width + width - 1] &= 0x80;
+            } else {
+                reports[i * width + width - 1] |= 0x01;
+            }
+        }
+        let mut want = vec![0u64; bits as usize];
+        for i in (0..rows).filter(|&i| i != 100 && i != 650) {
+            for (j, w) in want.iter_mut().enumerate() {
+                *w += get_bit(&reports[i * width..(i + 1) * width], j as u64) as u64;
+            }
+        }
+        let mut counts = vec![1u64; bits as usize];
+        let e = aggregate_bits(&m, &reports, &mut counts, false).unwrap_err();
+        assert!(e.to_string().contains("row 100"), "{e}");
+        assert!(
+            counts.iter().all(|&c| c == 1),
+            "refused batch changed the counts"
+        );
+        for threads in [1, 4] {
+            let mut counts = vec![0u64; bits as usize];
+            let t = in_pool(threads, || aggregate_bits(&m, &reports, &mut counts, true)).unwrap();
+            assert_eq!((t.valid, t.invalid, t.first_invalid), (698, 2, Some(100)));
+            assert_eq!(counts, want, "{threads} threads");
+        }
+        let mut full = vec![u64::MAX; bits as usize];
+        assert!(aggregate_bits(&m, &reports, &mut full, true).is_err());
+        assert!(
+            full.iter().all(|&c| c == u64::MAX),
+            "overflow changed the counts"
+        );
     }
 }

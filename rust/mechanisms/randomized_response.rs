@@ -45,7 +45,7 @@ pub(crate) const PRIVACY_MARGIN_ULPS: u64 = 8;
 /// The error for an ε so small that the rounded probabilities no longer favour the truth.
 pub(crate) fn epsilon_too_small(epsilon: f64) -> crate::error::Error {
     crate::error::Error::Value(format!(
-        "epsilon = {epsilon} is too small to be represented by this mechanism's \
+        "epsilon = {epsilon:?} is too small to be represented by this mechanism's \
          double-precision probabilities (they would no longer favour the true value)"
     ))
 }

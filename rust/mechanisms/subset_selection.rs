@@ -153,7 +153,7 @@ impl SubsetSelection {
         }
         if realized > epsilon {
             return Err(Error::Value(format!(
-                "epsilon = {epsilon} cannot be realized in double precision with k = {k}, d = {d}"
+                "epsilon = {epsilon:?} cannot be realized in double precision with k = {k}, d = {d}"
             )));
         }
         let inside = BernoulliThreshold::new(rho)?;
@@ -171,8 +171,20 @@ impl SubsetSelection {
     }
 
     /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
+    ///
+    /// A simulation holds two arrays of k counts (the in users per value, the result) and,
+    /// per r-state (d + 1 of them), three pools, the states being split and the two splits,
+    /// plus Floyd's set of at most `FLOYD_MAX` positions.
     pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
-        super::vector_footprint("SubsetSelection", op, self.k, self.k)
+        let f = super::vector_footprint("SubsetSelection", op, self.k, self.k);
+        match op {
+            super::Operation::Simulate { .. } => f
+                .add("in users per value", self.k, 8)
+                .add("pools of r-states", 3 * (self.d + 1), 8)
+                .add("splits of r-states", 3 * (self.d + 1), 16)
+                .add("Floyd positions", FLOYD_MAX, 48),
+            _ => f,
+        }
     }
 
     /// d: the number of items in every report.
@@ -240,28 +252,35 @@ impl SubsetSelection {
                 true_counts.len()
             )));
         }
-        true_counts
-            .iter()
-            .try_fold(0u64, |s, &c| s.checked_add(c))
-            .ok_or_else(|| Error::Value("the total number of users overflows 2^64".into()))?;
+        super::total_users(true_counts)?;
         let k = self.k as usize;
-        crate::memory::check_fits(k, 16, "the simulated counts")?;
+        self.footprint(super::Operation::Simulate { users: 0 })
+            .check()?;
         let mut rng = stream(key, 0);
         // 1. In users per value.
-        let inside: Vec<u64> = true_counts
-            .iter()
-            .map(|&n| self.count_inside(&mut rng, n))
-            .collect();
+        let mut inside = crate::memory::allocate_zeroed::<u64>(k, "in users per value")?;
+        for (chunk, counts) in inside
+            .chunks_mut(SCAN_CHECK_ITEMS)
+            .zip(true_counts.chunks(SCAN_CHECK_ITEMS))
+        {
+            crate::interrupt::check()?;
+            for (i, &n) in chunk.iter_mut().zip(counts) {
+                *i = self.count_inside(&mut rng, n);
+            }
+        }
         let d = self.d as usize;
         let mut pending_in = Pool::new(d);
         let mut pending_out = Pool::new(d);
         let mut done = Pool::new(d);
         pending_in.add(d - 1, inside.iter().sum());
         pending_out.add(d, true_counts.iter().zip(&inside).map(|(n, i)| n - i).sum());
-        let mut counts = vec![0u64; k];
+        let mut counts = crate::memory::allocate_zeroed::<u64>(k, "the per-bit counts")?;
         let (mut taken_in, mut taken_out) = (Vec::new(), Vec::new());
         let mut scratch = Scratch::default();
         for i in 0..k {
+            if i % SCAN_CHECK_ITEMS == 0 {
+                crate::interrupt::check()?;
+            }
             let left = (k - i) as u64; // items i..k−1
             let (n_in, n_out) = (inside[i], true_counts[i] - inside[i]);
             // 3. The users holding i leave the pending pools.
@@ -335,6 +354,9 @@ fn binomial_coefficient(n: u64, r: u64) -> f64 {
 const SMALL_BINOMIAL: u64 = 8;
 /// Hypergeometric splits moving at most this many users draw a uniform set of positions.
 const FLOYD_MAX: u64 = 1 << 12;
+
+/// Items of the simulation scan between two interruption checks.
+const SCAN_CHECK_ITEMS: usize = 256;
 /// Univariate hypergeometric variates with a parameter this small are drawn directly.
 const SMALL_HYPERGEOMETRIC: u64 = 64;
 

@@ -227,27 +227,28 @@ impl UnaryEncoding {
                 true_counts.len()
             )));
         }
-        let mut n = 0u64;
-        for &c in true_counts {
-            n = n
-                .checked_add(c)
-                .ok_or_else(|| Error::Value("the total number of users overflows 2^64".into()))?;
-        }
-        crate::memory::check_fits(true_counts.len(), 8, "the per-bit counts")?;
+        let n = super::total_users(true_counts)?;
+        let mut counts = crate::memory::zeroed_vec::<u64>(true_counts.len(), "the per-bit counts")?;
         let binomial = |trials: u64, p: f64, rng: &mut StreamRng| -> u64 {
             // p ∈ [0, 1] by construction, so `new` cannot fail.
             Binomial::new(trials, p).map(|d| d.sample(rng)).unwrap_or(0)
         };
-        Ok(true_counts
-            .par_iter()
-            .with_min_len(1024)
+        // Chunks of bits are the unit of interruption; bit j always uses stream j.
+        const BITS_PER_CHECK: usize = 1024;
+        counts
+            .par_chunks_mut(BITS_PER_CHECK)
+            .zip(true_counts.par_chunks(BITS_PER_CHECK))
             .enumerate()
-            .map(|(j, &nj)| {
-                let mut rng = stream(key, j as u64);
-                let on = binomial(nj, self.a, &mut rng);
-                on + binomial(n - nj, self.b, &mut rng)
-            })
-            .collect())
+            .try_for_each(|(c, (out, users))| {
+                crate::interrupt::check()?;
+                for (i, (o, &nj)) in out.iter_mut().zip(users).enumerate() {
+                    let mut rng = stream(key, (c * BITS_PER_CHECK + i) as u64);
+                    let on = binomial(nj, self.a, &mut rng);
+                    *o = on + binomial(n - nj, self.b, &mut rng);
+                }
+                Ok::<(), Error>(())
+            })?;
+        Ok(counts)
     }
 
     #[inline]

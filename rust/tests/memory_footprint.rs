@@ -12,7 +12,10 @@ use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::subset_selection::SubsetSelection;
 use ldpdist::mechanisms::unary_encoding::{OptimizedUnaryEncoding, Rappor};
-use ldpdist::mechanisms::{Estimator, Operation};
+use ldpdist::mechanisms::{
+    aggregate, aggregate_bits, aggregation_footprint, bit_aggregation_footprint, row_bytes,
+    BitMechanism, Estimator, Operation,
+};
 use ldpdist::rng::key_from_u64;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -152,5 +155,41 @@ fn declared_footprints_cover_the_allocations() {
             failures.extend(check("CompressivePrivatization", &cp, users));
         }
     }
+    failures.extend(aggregation_failures());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Aggregation allocates what `aggregation_footprint` / `bit_aggregation_footprint` declare,
+/// for small and large outputs (private tables / in place; one tile / many tiles), and with
+/// invalid rows dropped (the validity bits).
+fn aggregation_failures() -> Vec<String> {
+    let mut failures = Vec::new();
+    for size in [1000usize, 1 << 20] {
+        let reports: Vec<u32> = (0..1u32 << 18)
+            .map(|i| i.wrapping_mul(2_654_435_761) % size as u32)
+            .collect();
+        let mut counts = vec![0u64; size];
+        let used = peak_growth(|| aggregate(&reports, &mut counts, false).unwrap());
+        let declared = aggregation_footprint(size as u64, reports.len() as u64).bytes() as usize;
+        if used > declared + SLACK {
+            failures.push(format!("aggregate into {size}: {used} > {declared}"));
+        }
+    }
+    for k in [100u64, 1 << 16] {
+        let rappor = Rappor::new(k, 1.0).unwrap();
+        let width = row_bytes(BitMechanism::bits(&rappor));
+        let rows = 2000usize;
+        let mut reports = vec![0u8; rows * width];
+        for (i, b) in reports.iter_mut().enumerate() {
+            *b = (i as u32).wrapping_mul(2_654_435_761) as u8;
+        }
+        let mut counts = vec![0u64; k as usize];
+        // Padding bits set in some rows (k = 100 has 4): the validity bits are used.
+        let used = peak_growth(|| aggregate_bits(&rappor, &reports, &mut counts, true).unwrap());
+        let declared = bit_aggregation_footprint(k, rows as u64).bytes() as usize;
+        if used > declared + SLACK {
+            failures.push(format!("aggregate_bits of {k} bits: {used} > {declared}"));
+        }
+    }
+    failures
 }
