@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import ldpdist
+from simulation_law import assert_simulate_is_exact_in_law
 from ldpdist import CompressivePrivatization as CP
 from ldpdist import kernels
 
@@ -97,9 +98,11 @@ def test_reports_are_reproducible_from_the_spec_in_another_process():
     # A client needs only its own column: the public generator reproduces the matrix.
     column = kernels.sign_column(2024, 300, 1234, kind="balanced")
     np.testing.assert_array_equal(column, mech.sign_matrix().column(1234))
-    np.testing.assert_array_equal(
-        mech.simulate(np.bincount(np.sort(values), minlength=5000), seed=9).counts,
-        mech.aggregator().add(mech.privatize(np.sort(values), seed=9)).counts)
+
+
+def test_simulate_is_exact_in_law():
+    mech = CP(k=12, epsilon=0.8, m=6, seed=3)
+    assert_simulate_is_exact_in_law(mech, [5, 0, 40_000, 7, 1, 0, 300, 9, 50_000, 2, 0, 1])
 
 
 def test_sampler_matches_the_channel():
