@@ -287,8 +287,10 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
             aggregator = mech.simulate(counts, seed=mech_seed)
             shared = time.perf_counter() - t0
         for decoder in decoders:
+            # CP's OMP uses s whatever the decoder; other mechanisms only in sparse_project
+            decoder_options = options if name == "cp" or decoder == "sparse_project" else {}
             t1 = time.perf_counter()
-            estimate = aggregator.estimate(decoder, **options)
+            estimate = aggregator.estimate(decoder, **decoder_options)
             seconds = shared + time.perf_counter() - t1
             error = estimate - p
             rows.append({
