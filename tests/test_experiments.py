@@ -216,3 +216,16 @@ def test_cp_beats_every_baseline_on_sparse_uniform(tmp_path):
         for key, values in baselines.items():
             assert np.mean(cp) < 0.5 * np.mean(values), (key, cp, values)
             assert max(cp) < min(values), (key, cp, values)
+
+
+def test_sparsity_reaches_only_the_decoders_that_use_it(tmp_path, capsys):
+    """s is CP's OMP sparsity for every CP decoder, but for other mechanisms only
+    sparse_project takes it (project refuses a sparsity)."""
+    status = cli.main(["simulate", "--mechanism", "hr,cp", "--dist", "unif:5", "--k", "100",
+                       "--epsilon", "1", "--n", "2000", "--runs", "1", "--m", "40",
+                       "--decoder", "project,sparse_project", "--out", str(tmp_path)])
+    assert status == 0, capsys.readouterr().err
+    rows = read_csv(tmp_path / "simulate.csv")
+    assert {(r["mechanism"], r["decoder"]) for r in rows} == {
+        ("HR", "project"), ("HR", "sparse_project"), ("CP", "project"),
+        ("CP", "sparse_project")}
