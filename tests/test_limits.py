@@ -122,6 +122,8 @@ INTERRUPTIBLE = {
     "estimate": "m = ldpdist.RAPPOR(16_384, 1.0); "
                 "r = np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8); "
                 "go(lambda: [m.estimate(r) for _ in range(20)])",
+    "simulate": "m = ldpdist.SubsetSelection(10_000, 0.5); c = np.full(10_000, 10**8, np.uint64); "
+                "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
     "estimate-hadamard": "m = ldpdist.HadamardResponse(2**26, 1.0); "
                          "go(lambda: [m.estimate(np.array([5], np.uint32)) for _ in range(20)])",
     "ibu-local-hashing": "m = ldpdist.OptimizedLocalHashing(2**22, 1.0); "

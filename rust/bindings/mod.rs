@@ -19,7 +19,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 create_exception!(
@@ -96,15 +96,19 @@ pub(crate) fn run_long<T: Send>(
     let outcome = py.detach(|| {
         LONG_CALLS.fetch_add(1, Ordering::SeqCst);
         let waiter = std::thread::current();
+        // Set by the worker before it wakes the waiter: `is_finished` turns true only once the
+        // thread has exited, later than the wake-up, and waiting on it would cost a full period.
+        let done = AtomicBool::new(false);
         let outcome = std::thread::scope(|scope| {
-            let worker = scope.spawn(move || {
+            let worker = scope.spawn(|| {
                 let outcome = catch_unwind(AssertUnwindSafe(work));
+                done.store(true, Ordering::Release);
                 waiter.unpark();
                 outcome
             });
-            while !worker.is_finished() {
+            while !done.load(Ordering::Acquire) {
                 std::thread::park_timeout(Duration::from_millis(50));
-                if pending.is_none() && !worker.is_finished() {
+                if pending.is_none() && !done.load(Ordering::Acquire) {
                     if let Err(err) = Python::attach(|py| py.check_signals()) {
                         pending = Some(err);
                         interrupt::request();

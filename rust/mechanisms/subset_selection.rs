@@ -278,9 +278,8 @@ impl SubsetSelection {
         let (mut taken_in, mut taken_out) = (Vec::new(), Vec::new());
         let mut scratch = Scratch::default();
         for i in 0..k {
-            if i % SCAN_CHECK_ITEMS == 0 {
-                crate::interrupt::check()?;
-            }
+            // Every item: an item moves users between d + 1 pool states (~0.3 ms at d = 3775).
+            crate::interrupt::check()?;
             let left = (k - i) as u64; // items i..k−1
             let (n_in, n_out) = (inside[i], true_counts[i] - inside[i]);
             // 3. The users holding i leave the pending pools.
