@@ -128,5 +128,10 @@ def test_simulate_with_too_many_users_is_a_clear_error():
     mech = ldpdist.RandomizedResponse(3, 1.0)
     with pytest.raises(ValueError, match="2\\^64"):
         mech.simulate(np.array([2**63, 2**63, 0], dtype=np.uint64))  # once: a numpy traceback
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(ValueError, match=r"true_counts\[0\] = 1180591620717411303424"):
         mech.simulate([2**70, 0, 0])  # does not fit any integer dtype: object array
+    with pytest.raises(ValueError, match="2\\^64"):
+        mech.simulate([2**63, 2**63, 0])  # numpy makes this list float64 (rounded)
+    assert mech.simulate([2**63 + 1, 0, 0], seed=1).n == 2**63 + 1  # exact, not rounded
+    with pytest.raises(TypeError, match="integers"):
+        mech.simulate([True, 0, 2**63])

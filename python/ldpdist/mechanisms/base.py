@@ -70,6 +70,17 @@ def values_array(values: Any, k: int) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.uint32)
 
 
+
+def _python_int_counts(values: Any) -> np.ndarray:
+    """A list of Python ints as uint64 counts: numpy turns ints past 2^63 mixed with small
+    ones into float64 (rounding them), so they are converted one by one, exactly."""
+    for i, value in enumerate(values):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            return np.asarray(values)  # refused by the dtype check with the usual message
+        if not 0 <= value <= U64_MAX:
+            raise ValueError(f"true_counts must be integers in [0, 2^64): true_counts[{i}] = {value}")
+    return np.array([int(v) for v in values], dtype=np.uint64)
+
 class Mechanism:
     """Base class: an ε-LDP mechanism for values in [0, k) and its estimators.
 
@@ -223,6 +234,8 @@ class Mechanism:
         users must be below 2**64 (the counts are 64-bit).
         """
         counts = np.asarray(true_counts)
+        if counts.dtype.kind in "fO" and isinstance(true_counts, (list, tuple)):
+            counts = _python_int_counts(true_counts)
         if counts.dtype.kind not in "iu":
             raise TypeError(f"true_counts must be integers in [0, 2^64), got dtype {counts.dtype}")
         if counts.shape != (self._k,):
