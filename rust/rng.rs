@@ -27,7 +27,7 @@
 use crate::error::{Error, Result};
 use rand_chacha::{ChaCha12Rng, ChaCha20Rng};
 use rand_core::{Rng, SeedableRng};
-use rand_distr::{Binomial, Distribution};
+use rand_distr::{Binomial, Distribution, Hypergeometric};
 use rayon::prelude::*;
 
 /// A 256-bit generator key (little-endian bytes of the integer seed).
@@ -204,6 +204,55 @@ pub fn binomial<R: Rng + ?Sized>(rng: &mut R, n: u64, p: f64) -> u64 {
     }
     Binomial::new(n, p)
         .expect("0 < p < 1 is a valid binomial probability")
+        .sample(rng)
+}
+
+/// Univariate hypergeometric variates with a parameter this small are drawn directly.
+const SMALL_HYPERGEOMETRIC: u64 = 64;
+
+/// Hypergeometric: marked items in a uniform sample of `draws` out of `population` items of
+/// which `marked` are marked (`marked, draws ≤ population`). Exact by sequential draws when
+/// the smaller parameter or the mode is small, else `rand_distr`'s H2PE (exact in law up to
+/// its double-precision arithmetic, like [`binomial`]).
+pub fn hypergeometric<R: Rng + ?Sized>(
+    rng: &mut R,
+    population: u64,
+    marked: u64,
+    draws: u64,
+) -> u64 {
+    debug_assert!(marked <= population && draws <= population);
+    if draws == 0 || marked == 0 {
+        return 0;
+    }
+    if marked == population {
+        return draws;
+    }
+    if draws == population {
+        return marked;
+    }
+    if marked > population - marked {
+        return draws - hypergeometric(rng, population, population - marked, draws);
+    }
+    if draws > population - draws {
+        return marked - hypergeometric(rng, population, marked, population - draws);
+    }
+    // Symmetric in (marked, draws): let a ≤ b, both ≤ population/2.
+    let (a, b) = (marked.min(draws), marked.max(draws));
+    let mode = (a as u128 + 1) * (b as u128 + 1) / (population as u128 + 2);
+    if a <= SMALL_HYPERGEOMETRIC || mode < 16 {
+        // Each of the a marked items in turn is in the sample with probability
+        // (sample places left)/(items left). Cost O(a); with mode < 16, a < 4·√population.
+        let mut hits = 0;
+        for j in 0..a {
+            if uniform_below_u64(rng, population - j) < b - hits {
+                hits += 1;
+            }
+        }
+        return hits;
+    }
+    // Mode ≥ 16 > 10: rand_distr uses H2PE (bounded set-up and expected cost).
+    Hypergeometric::new(population, a, b)
+        .expect("valid hypergeometric parameters")
         .sample(rng)
 }
 

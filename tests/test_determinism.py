@@ -16,7 +16,7 @@ CODE = """
 import json, warnings
 import numpy as np
 import ldpdist
-from ldpdist.decoders import DECODERS
+from ldpdist.decoders import SPARSE_DECODERS
 
 warnings.simplefilter("ignore")  # IBU's max_iter warning is not what is compared here
 CASES = {
@@ -42,11 +42,9 @@ for name, params in sorted(CASES.items()):
     out[name + "/reports"] = digest(reports)
     out[name + "/counts"] = digest(agg.counts)
     out[name + "/simulate"] = digest(mech.simulate(np.bincount(values, minlength=k), seed=2).counts)
-    for decoder in DECODERS:
-        kwargs = {"sparsity": 20} if decoder == "sparse_project" else {}
+    for decoder in mech.decoders:
+        kwargs = {"sparsity": 20} if decoder in SPARSE_DECODERS else {}
         if decoder == "ibu":
-            if name == "CompressivePrivatization":
-                continue
             kwargs = {"max_iter": 40}
         out[name + "/" + decoder] = digest(agg.estimate(decoder, **kwargs))
 print(json.dumps(out))

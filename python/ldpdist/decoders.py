@@ -12,6 +12,11 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     never increases the l2 error, Bassily 2019).
 ``"sparse_project"``
     Euclidean projection onto the s-sparse simplex; needs ``sparsity=s``.
+``"two_stage"``, ``"two_stage_project"``
+    Only for the two-stage mechanisms (``mechanism.decoders`` lists them): the top 2s values
+    of the first stage's statistic, then the unbiased estimate from the second stage's users
+    on those values, 0 elsewhere (the sparse-estimation paper's eq. (14) and Algorithm 2);
+    ``_project`` projects that onto the s-sparse simplex. Both need ``sparsity=s``.
 ``"ibu"``
     Iterative Bayesian update (Agrawal & Aggarwal 2001), i.e. EM for the maximum-likelihood
     distribution. For index-valued mechanisms the reports are multinomial and this is exact
@@ -51,6 +56,12 @@ class Decodable(Protocol):
 Mechanism = Decodable
 
 DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu")
+#: Decoders of the two-stage mechanisms, on top of :data:`DECODERS`.
+TWO_STAGE_DECODERS = ("two_stage", "two_stage_project")
+#: Every decoder name some mechanism accepts (``mechanism.decoders`` says which it has).
+ALL_DECODERS = DECODERS + TWO_STAGE_DECODERS
+#: Decoders that take ``sparsity=s``.
+SPARSE_DECODERS = ("sparse_project",) + TWO_STAGE_DECODERS
 
 
 def normalize(raw: np.ndarray) -> np.ndarray:
@@ -167,14 +178,17 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
            sparsity: Optional[int] = None, max_iter: int = 10_000,
            tol: float = 1e-12) -> np.ndarray:
     """Estimate of shape (k,) from aggregated ``counts`` of ``n`` reports (see module doc)."""
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {DECODERS}, got {decoder!r}")
-    if decoder == "sparse_project":
+    allowed = getattr(mechanism, "decoders", DECODERS)
+    if decoder not in allowed:
+        raise ValueError(f"decoder must be one of {allowed} for {type(mechanism).__name__}, "
+                         f"got {decoder!r}")
+    if decoder in SPARSE_DECODERS:
         if sparsity is None:
-            raise ValueError("decoder='sparse_project' needs sparsity=s (the support size)")
+            raise ValueError(f"decoder={decoder!r} needs sparsity=s (the support size)")
         sparsity = integer(sparsity, "sparsity", minimum=1, maximum=mechanism.k)
     elif sparsity is not None:
-        raise ValueError(f"sparsity is only used by decoder='sparse_project', not {decoder!r}")
+        raise ValueError(f"sparsity is only used by the decoders {SPARSE_DECODERS}, "
+                         f"not {decoder!r}")
     if n <= 0:
         raise ValueError("there are no reports to estimate from (n = 0)")
     memory.check(f"decoder {decoder!r}", [("the estimate and its post-processing",
@@ -187,6 +201,10 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
                 "iterations; the estimate is the last iterate (raise max_iter or tol)",
                 RuntimeWarning, stacklevel=3)
         return result.estimate
+    if decoder in TWO_STAGE_DECODERS:
+        estimate = mechanism._two_stage_estimate(counts, n, sparsity)
+        return (kernels.project_sparse_simplex(estimate, sparsity)
+                if decoder == "two_stage_project" else estimate)
     return finish(mechanism._core.estimate_raw(counts, n), decoder, sparsity)
 
 

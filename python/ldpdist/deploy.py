@@ -40,7 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from . import memory
-from .decoders import DECODERS
+from .decoders import ALL_DECODERS
 from .errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
 from .files import write_atomic
 from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization
@@ -491,7 +491,7 @@ def register(subparsers: Any) -> None:
         description="Write the estimate as CSV (value,probability), k rows.")
     p.add_argument("--spec", required=True, metavar="SPEC", help="spec JSON (ldpdist spec)")
     p.add_argument("input", metavar="INPUT", help="state file or reports file")
-    p.add_argument("--decoder", choices=DECODERS, default="project",
+    p.add_argument("--decoder", choices=ALL_DECODERS, default="project",
                    help="raw (unbiased), normalize (clip and rescale), project (onto the "
                         "simplex; default), sparse_project (needs --sparsity), ibu "
                         "(maximum likelihood; not for cp)")

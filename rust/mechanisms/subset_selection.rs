@@ -67,9 +67,10 @@
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism, SymmetricEstimator};
 use crate::error::{Error, Result};
-use crate::rng::{stream, uniform_below, BernoulliThreshold, Key, StreamRng};
-use rand_core::Rng;
-use rand_distr::{Binomial, Distribution, Hypergeometric};
+use crate::rng::{
+    hypergeometric, stream, uniform_below, uniform_below_u64, BernoulliThreshold, Key, StreamRng,
+};
+use rand_distr::{Binomial, Distribution};
 use std::collections::HashSet;
 
 /// The default subset size `⌈k/(e^ε + 1)⌉`, clamped to `[1, k − 1]` (computed in f64).
@@ -356,23 +357,6 @@ const FLOYD_MAX: u64 = 1 << 12;
 
 /// Items of the simulation scan between two interruption checks.
 const SCAN_CHECK_ITEMS: usize = 256;
-/// Univariate hypergeometric variates with a parameter this small are drawn directly.
-const SMALL_HYPERGEOMETRIC: u64 = 64;
-
-/// Uniform integer in `[0, n)` for `1 ≤ n < 2^64`, exactly (Lemire's method on 64-bit words
-/// above 2^32, `uniform_below` otherwise).
-fn uniform_u64_below(rng: &mut StreamRng, n: u64) -> u64 {
-    if n <= 1 << 32 {
-        return uniform_below(rng, n);
-    }
-    let threshold = n.wrapping_neg() % n;
-    loop {
-        let product = rng.next_u64() as u128 * n as u128;
-        if (product as u64) >= threshold {
-            return (product >> 64) as u64;
-        }
-    }
-}
 
 /// Binomial(n, r/m) for `0 ≤ r ≤ m`, `m ≥ 1`.
 fn binomial(rng: &mut StreamRng, n: u64, r: u64, m: u64) -> u64 {
@@ -382,51 +366,12 @@ fn binomial(rng: &mut StreamRng, n: u64, r: u64, m: u64) -> u64 {
     } else if r >= m {
         n
     } else if n <= SMALL_BINOMIAL {
-        (0..n).filter(|_| uniform_u64_below(rng, m) < r).count() as u64
+        (0..n).filter(|_| uniform_below_u64(rng, m) < r).count() as u64
     } else {
         Binomial::new(n, r as f64 / m as f64)
             .expect("0 < r/m < 1")
             .sample(rng)
     }
-}
-
-/// Hypergeometric: marked items in a uniform sample of `draws` out of `population` items of
-/// which `marked` are marked.
-fn hypergeometric(rng: &mut StreamRng, population: u64, marked: u64, draws: u64) -> u64 {
-    debug_assert!(marked <= population && draws <= population);
-    if draws == 0 || marked == 0 {
-        return 0;
-    }
-    if marked == population {
-        return draws;
-    }
-    if draws == population {
-        return marked;
-    }
-    if marked > population - marked {
-        return draws - hypergeometric(rng, population, population - marked, draws);
-    }
-    if draws > population - draws {
-        return marked - hypergeometric(rng, population, marked, population - draws);
-    }
-    // Symmetric in (marked, draws): let a ≤ b, both ≤ population/2.
-    let (a, b) = (marked.min(draws), marked.max(draws));
-    let mode = (a as u128 + 1) * (b as u128 + 1) / (population as u128 + 2);
-    if a <= SMALL_HYPERGEOMETRIC || mode < 16 {
-        // Each of the a marked items in turn is in the sample with probability
-        // (sample places left)/(items left). Cost O(a); with mode < 16, a < 4·√population.
-        let mut hits = 0;
-        for j in 0..a {
-            if uniform_u64_below(rng, population - j) < b - hits {
-                hits += 1;
-            }
-        }
-        return hits;
-    }
-    // Mode ≥ 16 > 10: rand_distr uses H2PE (bounded set-up and expected cost).
-    Hypergeometric::new(population, a, b)
-        .expect("valid hypergeometric parameters")
-        .sample(rng)
 }
 
 /// Reusable buffers of the hypergeometric splits.
@@ -578,7 +523,7 @@ impl Pool {
 fn floyd_positions(rng: &mut StreamRng, n: u64, size: u64, scratch: &mut Scratch) {
     scratch.set.clear();
     for j in (n - size)..n {
-        let t = uniform_u64_below(rng, j + 1);
+        let t = uniform_below_u64(rng, j + 1);
         if !scratch.set.insert(t) {
             scratch.set.insert(j);
         }

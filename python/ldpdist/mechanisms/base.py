@@ -8,13 +8,13 @@ share one spec. Subclasses name their Rust class and, if they have parameters be
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Optional
+from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
 from .. import _core, memory
 from .._validation import U64_MAX, exact_sum_u64, integer, real, seed_key
-from ..decoders import decode
+from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
 from ..reports import ReportBatch
 from ..specs import SPEC_FORMAT, _REGISTRY, fingerprint, from_dict, register
@@ -94,6 +94,8 @@ class Mechanism:
 
     _core_class: ClassVar[Any]
     report_kind: ClassVar[str] = "index"
+    #: The decoder names :meth:`estimate` accepts (see :mod:`ldpdist.decoders`).
+    decoders: ClassVar[Tuple[str, ...]] = DECODERS
 
     def __init__(self, k: int, epsilon: float):
         self._k = integer(k, "k", minimum=2, maximum=2**32)
@@ -199,10 +201,12 @@ class Mechanism:
             Output of :meth:`privatize` (possibly concatenated from many clients), or a
             batch read with :func:`ldpdist.read_reports` (refused if made under another
             spec).
-        decoder : {"raw", "normalize", "project", "sparse_project", "ibu"}
-            See :mod:`ldpdist.decoders`.
+        decoder : str, one of :attr:`decoders`
+            ``"raw"``, ``"normalize"``, ``"project"``, ``"sparse_project"``, ``"ibu"``
+            (and for the two-stage mechanisms ``"two_stage"``, ``"two_stage_project"``);
+            see :mod:`ldpdist.decoders`.
         sparsity : int, optional
-            Support size for ``decoder="sparse_project"``.
+            Support size for ``decoder="sparse_project"`` and the two-stage decoders.
         on_invalid : {"raise", "drop"}
             Malformed reports raise ``ValueError`` (default), or are dropped and counted
             (see :attr:`Aggregator.dropped`).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -76,6 +76,9 @@ class CompressivePrivatization(Mechanism):
     either regime. ``model="paper"`` is Algorithm 1 as printed (high privacy only). With
     ``sparsity=None`` OMP stops when the residual reaches the noise level of n reports.
     """
+
+    #: IBU is not offered: OMP's recovery replaces it.
+    decoders: ClassVar[Tuple[str, ...]] = tuple(d for d in DECODERS if d != "ibu")
 
     def __init__(self, k: int, epsilon: float, m: int, seed: int, matrix: str = "balanced",
                  regime: str = "auto", calibrate: bool = True):
@@ -177,9 +180,8 @@ class CompressivePrivatization(Mechanism):
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, *,
                 sparsity: Optional[int] = None, model: str = "exact") -> np.ndarray:
-        if decoder not in DECODERS or decoder == "ibu":
-            allowed = tuple(d for d in DECODERS if d != "ibu")
-            raise ValueError(f"decoder must be one of {allowed} for compressive privatization, "
-                             f"got {decoder!r}")
+        if decoder not in self.decoders:
+            raise ValueError(f"decoder must be one of {self.decoders} for compressive "
+                             f"privatization, got {decoder!r}")
         recovery = self.recover(counts, n, sparsity, model)
         return finish(recovery.raw, decoder, sparsity or max(1, len(recovery.support)))
