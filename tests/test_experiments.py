@@ -53,7 +53,7 @@ def test_preset_tiny(name, tmp_path, capsys):
             preset.mechanisms, preset.distributions, preset.ks, preset.epsilons, preset.ns,
             range(preset.runs)):
         for decoder in decoders:
-            expected.add((experiments._LABELS[mech], decoder, distribution_label(dist), k, eps,
+            expected.add((experiments.grid._LABELS[mech], decoder, distribution_label(dist), k, eps,
                           n, run))
     got = [(r["mechanism"], r["decoder"], r["distribution"], r["k"], r["epsilon"], r["n"],
             r["run"]) for r in rows]
@@ -163,7 +163,7 @@ def test_unwritable_out(tmp_path, capsys):
 
 
 def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, capsys):
-    real = experiments.run_point
+    real = experiments.grid.run_point
     calls = []
 
     def run_point(point, seed, index):
@@ -172,7 +172,7 @@ def test_interrupt_keeps_finished_points(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real(point, seed, index)
 
-    monkeypatch.setattr(experiments, "run_point", run_point)
+    monkeypatch.setattr(experiments.grid, "run_point", run_point)
     assert cli.main(["reproduce", "hr-l2", "--tiny", "--out", str(tmp_path)]) == 130
     assert "interrupted after 2 of" in one_error_line(capsys)
     rows = read_csv(tmp_path / "hr-l2.csv")

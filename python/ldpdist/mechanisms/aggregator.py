@@ -38,7 +38,7 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 import numpy as np
 
 from .. import memory
-from .._validation import U64_MAX, exact_sum_u64
+from .._validation import U64_MAX
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
 from ..reports import ReportBatch
 from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,

@@ -16,9 +16,8 @@ from .. import _core, memory
 from .._validation import U64_MAX, exact_sum_u64, integer, real, seed_key
 from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
-from ..reports import ReportBatch
 from ..specs import SPEC_FORMAT, _REGISTRY, fingerprint, from_dict, register
-from .aggregator import Aggregator, check_same_spec
+from .aggregator import Aggregator
 
 __all__ = ["Mechanism", "BitVectorMechanism", "from_dict", "register", "check_epsilon",
            "values_array", "SPEC_FORMAT", "_REGISTRY"]

@@ -1,0 +1,10 @@
+"""Every preset of ``ldpdist reproduce``, one module per paper."""
+
+from __future__ import annotations
+
+from typing import Dict
+
+from . import compressive_privatization, hadamard_response
+from .grid import Preset
+
+PRESETS: Dict[str, Preset] = {**compressive_privatization.PRESETS, **hadamard_response.PRESETS}

@@ -1,0 +1,32 @@
+"""The CSV files of the experiments (columns: :data:`ldpdist.experiments.COLUMNS`)."""
+
+from __future__ import annotations
+
+import csv
+from typing import Any, Dict, Iterable, List
+
+from .grid import COLUMNS
+
+def write_csv(rows: Iterable[Dict[str, Any]], path: str) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({key: (repr(value) if isinstance(value, float) else value)
+                             for key, value in row.items()})
+
+
+def read_csv(path: str) -> List[Dict[str, Any]]:
+    """Rows of :func:`write_csv`, with numbers converted back (a CSV written before the
+    ``sparsity`` column existed reads with an empty one)."""
+    out = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key in ("k", "n", "run"):
+                row[key] = int(row[key])
+            row["m"] = int(row["m"]) if row["m"] else ""
+            row["sparsity"] = int(row["sparsity"]) if row.get("sparsity") else ""
+            for key in ("epsilon", "l1", "l2", "seconds"):
+                row[key] = float(row[key])
+            out.append(row)
+    return out
