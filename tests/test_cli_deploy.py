@@ -511,7 +511,8 @@ def test_error_estimate_options(setup, capsys):
     d = setup
     fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--model", "paper",
           match="--model applies only")
-    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--decoder", "sparse_project")
+    fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--decoder", "two_stage",
+          match="decoder must be one of")
     fails(capsys, "estimate", "--spec", d.hr, d.path / "hr.ldps", "--decoder", "sparse_project",
           "--sparsity", 0)
     empty = ldpdist.from_dict(json.loads(d.hr.read_text())).aggregator().to_bytes()

@@ -11,12 +11,14 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     Euclidean projection onto the probability simplex (Kairouz, Bonawitz & Ramage 2016;
     never increases the l2 error, Bassily 2019).
 ``"sparse_project"``
-    Euclidean projection onto the s-sparse simplex; needs ``sparsity=s``.
+    Euclidean projection onto the s-sparse simplex (Kyrillidis et al. 2013), with
+    ``sparsity=s``; ``sparsity=None`` chooses s by :func:`noise_level_sparsity`.
 ``"two_stage"``, ``"two_stage_project"``
     Only for the two-stage mechanisms (``mechanism.decoders`` lists them): the top 2s values
     of the first stage's statistic, then the unbiased estimate from the second stage's users
     on those values, 0 elsewhere (the sparse-estimation paper's eq. (14) and Algorithm 2);
-    ``_project`` projects that onto the s-sparse simplex. Both need ``sparsity=s``.
+    ``_project`` projects that onto the s-sparse simplex. ``sparsity=None`` chooses s by
+    :func:`noise_level_sparsity` on the first stage's unbiased estimate.
 ``"ibu"``
     Iterative Bayesian update (Agrawal & Aggarwal 2001), i.e. EM for the maximum-likelihood
     distribution. For index-valued mechanisms the reports are multinomial and this is exact
@@ -62,6 +64,44 @@ TWO_STAGE_DECODERS = ("two_stage", "two_stage_project")
 ALL_DECODERS = DECODERS + TWO_STAGE_DECODERS
 #: Decoders that take ``sparsity=s``.
 SPARSE_DECODERS = ("sparse_project",) + TWO_STAGE_DECODERS
+
+
+def noise_level_sparsity(raw: np.ndarray) -> int:
+    """The support size s to assume when it is not known, from an unbiased estimate alone.
+
+    The rule (ours; none of the papers offers one) is a complexity-penalized fit: with P_s
+    the Euclidean projection onto the s-sparse simplex,
+
+        s = argmin_s ‖p̃ − P_s(p̃)‖² + 2 σ̂² s ln(e k / s),
+
+    the penalty of Birgé and Massart (2001) for choosing s of k coordinates. The noise level
+    σ̂ = median|p̃| / 0.6745 (the normal MAD) is estimated from the data: when p is sparse
+    most entries of p̃ are pure noise, so no mechanism-specific variance formula is needed.
+    All k candidates are scored in O(k log k) (one sort): for sorted v, the projection of
+    the top s keeps the first r_s + 1 entries minus θ_s, where r_s = min(s − 1, ρ) and ρ is
+    the last index of the (prefix-only) simplex condition. Measured against the known s in
+    the README ("Sparse estimation"): equal where the support stands out of the noise,
+    between the known-s and the plain projection where it does not.
+    """
+    raw = np.asarray(raw, dtype=np.float64)
+    if raw.ndim != 1 or raw.size == 0:
+        raise ValueError(f"the raw estimate must be a non-empty 1-D array, got shape {raw.shape}")
+    if not np.all(np.isfinite(raw)):
+        raise ValueError("the raw estimate has non-finite entries")
+    k = raw.size
+    memory.check("the noise-level sparsity rule", [("sorted copies of the estimate", 48 * k)])
+    sigma = float(np.median(np.abs(raw))) / 0.6745
+    v = np.sort(raw)[::-1]
+    prefix = np.cumsum(v)
+    ranks = np.arange(1, k + 1)
+    # the simplex projection condition holds on a prefix 0..rho of the sorted values
+    rho = int(np.nonzero(v - (prefix - 1.0) / ranks > 0)[0][-1])
+    r = np.minimum(ranks - 1, rho)
+    theta = (prefix[r] - 1.0) / (r + 1)
+    squares = np.cumsum(v * v)
+    residual = (r + 1) * theta * theta + (squares[-1] - squares[r])
+    penalty = 2.0 * sigma * sigma * ranks * np.log(np.e * k / ranks)
+    return int(np.argmin(residual + penalty)) + 1
 
 
 def normalize(raw: np.ndarray) -> np.ndarray:
@@ -183,9 +223,8 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
         raise ValueError(f"decoder must be one of {allowed} for {type(mechanism).__name__}, "
                          f"got {decoder!r}")
     if decoder in SPARSE_DECODERS:
-        if sparsity is None:
-            raise ValueError(f"decoder={decoder!r} needs sparsity=s (the support size)")
-        sparsity = integer(sparsity, "sparsity", minimum=1, maximum=mechanism.k)
+        if sparsity is not None:  # None: the noise-level rule, below
+            sparsity = integer(sparsity, "sparsity", minimum=1, maximum=mechanism.k)
     elif sparsity is not None:
         raise ValueError(f"sparsity is only used by the decoders {SPARSE_DECODERS}, "
                          f"not {decoder!r}")
@@ -202,10 +241,26 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
                 RuntimeWarning, stacklevel=3)
         return result.estimate
     if decoder in TWO_STAGE_DECODERS:
+        if sparsity is None:
+            sparsity = chosen_sparsity(mechanism, counts, n, decoder)
         estimate = mechanism._two_stage_estimate(counts, n, sparsity)
         return (kernels.project_sparse_simplex(estimate, sparsity)
                 if decoder == "two_stage_project" else estimate)
-    return finish(mechanism._core.estimate_raw(counts, n), decoder, sparsity)
+    raw = mechanism._core.estimate_raw(counts, n)
+    if decoder == "sparse_project" and sparsity is None:
+        sparsity = noise_level_sparsity(raw)
+    return finish(raw, decoder, sparsity)
+
+
+def chosen_sparsity(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str) -> int:
+    """The s that ``decoder`` (one of :data:`SPARSE_DECODERS`) uses when ``sparsity=None``:
+    :func:`noise_level_sparsity` of the raw estimate (of the first stage's for the two-stage
+    decoders)."""
+    if decoder in TWO_STAGE_DECODERS:
+        return noise_level_sparsity(mechanism._first_stage_raw(counts, n))
+    if decoder == "sparse_project":
+        return noise_level_sparsity(mechanism._core.estimate_raw(counts, n))
+    raise ValueError(f"decoder {decoder!r} takes no sparsity")
 
 
 def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None) -> np.ndarray:

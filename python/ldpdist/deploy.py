@@ -493,10 +493,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("input", metavar="INPUT", help="state file or reports file")
     p.add_argument("--decoder", choices=ALL_DECODERS, default="project",
                    help="raw (unbiased), normalize (clip and rescale), project (onto the "
-                        "simplex; default), sparse_project (needs --sparsity), ibu "
-                        "(maximum likelihood; not for cp)")
+                        "simplex; default), sparse_project (onto the s-sparse simplex), "
+                        "ibu (maximum likelihood; not for cp), two_stage and "
+                        "two_stage_project (two-stage mechanisms only)")
     p.add_argument("--sparsity", type=int, default=None,
-                   help="support size (sparse_project; OMP atoms for cp)")
+                   help="support size s for sparse_project and the two-stage decoders, OMP "
+                        "atoms for cp (default: chosen from the noise level)")
     p.add_argument("--model", choices=MODELS, default=None, help="cp: estimation model")
     p.add_argument("--on-invalid", choices=("raise", "drop"), default="raise",
                    help="for a reports INPUT: " + on_invalid_help)

@@ -4,14 +4,22 @@ Both run a grid of *points* — one (k, ε, distribution, n, run) each, at which
 mechanism estimates the distribution with every listed decoder — and write one CSV row per
 (point, mechanism, decoder) plus a PNG of the error (or time) against n.
 
-CSV columns: ``mechanism, decoder, distribution, k, m, sparsity, epsilon, n, run, l1, l2,
-seconds, path``. ``m`` is CP's report count and ``sparsity`` the s given to CP's OMP or to the
-``sparse_project`` decoder (both empty when unused). ``l1``/``l2`` are ‖p̂ − p‖ against the
-true distribution p. ``path`` says how the aggregate was produced:
+CSV columns: ``mechanism, decoder, distribution, k, m, sparsity, support, epsilon, n, run, l1,
+l2, seconds, path``. ``mechanism`` carries preset parameters (``PCH ℓ=3``). ``decoder`` is
+a decoder name, or ``DECODER/auto`` when s was left to the noise-level rule
+(:func:`ldpdist.decoders.noise_level_sparsity`; CP: its OMP noise-level stop). ``m`` is CP's
+report count and ``sparsity`` the s that CP's OMP or a sparse decoder (``sparse_project``,
+``two_stage``…) used — given, or chosen by the rule — empty when unused. ``support`` is the
+number of values with positive probability in p. ``epsilon`` is empty for a mechanism without
+privacy (PCH). ``l1``/``l2`` are ‖p̂ − p‖ against the true distribution p (d_TV = ℓ1/2, the
+metric ``tv`` of the plots). ``path`` says how the aggregate was produced:
 
 * ``simulate`` — ``mechanism.simulate(true_counts, seed)``, the aggregate of privatizing the
   users, exact in distribution (no per-user report is stored). ``seconds`` is the wall time
   of ``simulate`` plus that decoder's ``estimate``.
+* ``simulate-ideal-hash`` — PCH's ``simulate``: exact in distribution for fully independent
+  hash functions (its stage counts are N_x + Binomial(n − N_x, 2^−ℓ) independently over x),
+  not for the pairwise-independent family its ``privatize`` uses.
 * ``privatize`` — real per-user reports from ``privatize`` (in chunks, to bound memory),
   aggregated and decoded. ``seconds`` is the server's time only: ``Aggregator.add`` of all
   chunks plus ``estimate`` (privatization is not counted).

@@ -68,7 +68,7 @@ def _prepare_out(out: str) -> str:
 
 
 def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, metric: str,
-             title: str, log_x: bool = True) -> int:
+             title: str, log_x: bool = True, x: str = "n") -> int:
     out = _prepare_out(out)
     csv_path = os.path.join(out, f"{name}.csv")
     png_path = os.path.join(out, f"{name}.png")
@@ -80,7 +80,7 @@ def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, met
         rows, interrupted = exc.rows, exc
     write_csv(rows, csv_path)
     if rows:
-        plot(rows, png_path, metric=metric, title=title, log_x=log_x)
+        plot(rows, png_path, metric=metric, title=title, log_x=log_x, x=x)
     elapsed = time.perf_counter() - start
     if interrupted is not None:
         saved = f"partial results in {csv_path}" + (f" and {png_path}" if rows else "")
@@ -98,14 +98,14 @@ def _reproduce(args: argparse.Namespace) -> int:
     jobs = _int(args.jobs, "--jobs")
     seed = _int(args.seed, "--seed", minimum=0)
     preset = PRESETS[args.preset].grid(quick=args.quick, tiny=args.tiny, runs=runs)
-    eps = ", ".join(f"{e:g}" for e in preset.epsilons)
+    eps = ", ".join(f"{e:g}" for e in preset.epsilons if e is not None)
     ks = ", ".join(str(k) for k in preset.ks)
-    title = (f"{args.preset}: {_METRIC_LABEL[preset.metric]} vs n — k = {ks}"
-             + (f", m = {preset.m}" if preset.m else "") + f", ε = {eps}"
+    title = (f"{args.preset}: {_METRIC_LABEL[preset.metric]} vs {preset.x} — k = {ks}"
+             + (f", m = {preset.m}" if preset.m else "") + (f", ε = {eps}" if eps else "")
              + (f" ({preset.notes})" if preset.notes else "")
              + (" [tiny: test grid]" if args.tiny else " [quick]" if args.quick else ""))
     return _execute(preset.points(), args.preset, args.out, seed, jobs, preset.metric, title,
-                    preset.log_x)
+                    preset.log_x, preset.x)
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -12,15 +12,36 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..decoders import SPARSE_DECODERS, chosen_sparsity
 from ..mechanisms import SHORT_NAMES
 from .distributions import distribution_label, make_distribution, parse_distribution, support_for_mass
 
-COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "epsilon", "n", "run",
-           "l1", "l2", "seconds", "path")
+COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "support", "epsilon",
+           "n", "run", "l1", "l2", "seconds", "path")
 # short name -> class name; the CSV and the plots use the short (upper-case) names
 _MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
-           "cp": "CP"}
+           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR"}
+# mechanisms without privacy (and without ε)
+_NOT_PRIVATE = ("pch",)
+# the mechanism parameter shown in curve labels
+_PARAMETER_LABELS = {"bits": "ℓ"}
+
+
+def mechanism_label(name: str, params: Tuple[Tuple[str, Any], ...] = ()) -> str:
+    """The CSV/plot name of a mechanism with its preset parameters: ``"PCH ℓ=3"``."""
+    label = _LABELS.get(name, name.upper())
+    extra = " ".join(f"{_PARAMETER_LABELS.get(key, key)}={value}" for key, value in params)
+    return f"{label} {extra}" if extra else label
+
+
+def split_decoder(decoder: str) -> Tuple[str, bool]:
+    """``"sparse_project/auto"`` -> ``("sparse_project", True)``: the decoder and whether s is
+    left to the noise-level rule (:func:`ldpdist.decoders.noise_level_sparsity`)."""
+    name, _, mode = decoder.partition("/")
+    if mode not in ("", "auto"):
+        raise ValueError(f"unknown decoder mode {decoder!r} (expected DECODER or DECODER/auto)")
+    return name, mode == "auto"
 
 
 def mechanism_key(name: str) -> str:
@@ -39,30 +60,43 @@ class Point:
 
     distribution: str
     k: int
-    epsilon: float
+    epsilon: Optional[float]         # None for a grid of non-private mechanisms only
     n: int
     run: int
-    mechanisms: Tuple[Tuple[str, Tuple[str, ...]], ...]  # (short name, decoders)
+    # (short name, decoders, parameters): decoders may be "DECODER/auto" (s by the
+    # noise-level rule); parameters are extra constructor arguments, e.g. (("bits", 3),)
+    mechanisms: Tuple[Tuple[str, Tuple[str, ...], Tuple[Tuple[str, Any], ...]], ...]
     m: Optional[int] = None          # CP's report count
     sparsity: Optional[int] = None   # CP's s; None: from the distribution and ``mass``
     mass: float = 0.99
     path: str = "simulate"           # or "privatize"
 
 
-def make_points(mechanisms: Sequence[Tuple[str, Sequence[str]]], distributions: Sequence[str],
-                ks: Sequence[int], epsilons: Sequence[float], ns: Sequence[int], runs: int,
+def _mechanism_entry(entry: Sequence[Any]):
+    """(name, decoders) or (name, decoders, {parameters}) as a hashable triple."""
+    name, decoders = entry[0], entry[1]
+    params = entry[2] if len(entry) > 2 else {}
+    for decoder in decoders:
+        split_decoder(decoder)
+    return mechanism_key(name), tuple(decoders), tuple(sorted(dict(params).items()))
+
+
+def make_points(mechanisms: Sequence[Sequence[Any]], distributions: Sequence[str],
+                ks: Sequence[int], epsilons: Sequence[Optional[float]], ns: Sequence[int],
+                runs: int,
                 m: Optional[int] = None, sparsity: Optional[int] = None, mass: float = 0.99,
                 path: str = "simulate") -> List[Point]:
     """All points of a grid, run-major (an interrupted grid has whole runs first)."""
-    mechs = tuple((mechanism_key(name), tuple(decoders)) for name, decoders in mechanisms)
+    mechs = tuple(_mechanism_entry(entry) for entry in mechanisms)
     points = []
     for run in range(runs):
         for k in ks:
             for epsilon in epsilons:
                 for dist in distributions:
                     for n in ns:
-                        points.append(Point(dist, int(k), float(epsilon), int(n), run, mechs,
-                                            m, sparsity, mass, path))
+                        points.append(Point(dist, int(k),
+                                            None if epsilon is None else float(epsilon),
+                                            int(n), run, mechs, m, sparsity, mass, path))
     return points
 
 
@@ -72,18 +106,23 @@ def _seed_int(*entropy: int) -> int:
     return sum(int(w) << (32 * j) for j, w in enumerate(words))
 
 
-def build_mechanism(name: str, k: int, epsilon: float, m: Optional[int], seed: int):
+def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int], seed: int,
+                    params: Tuple[Tuple[str, Any], ...] = ()):
     import ldpdist
 
     key = mechanism_key(name)
     cls = getattr(ldpdist, _MECHANISMS[key])
+    if key == "pch":
+        return cls(k, seed=seed % 2**63, **dict(params))
+    if epsilon is None:
+        raise ValueError(f"{key} needs an epsilon")
     if key == "cp":
         if m is None:
             raise ValueError("compressive privatization (cp) needs m (--m)")
         return cls(k, epsilon, m, seed)
     if key == "olh":
-        return cls(k, epsilon, seed=seed % 2**63)
-    return cls(k, epsilon)
+        return cls(k, epsilon, seed=seed % 2**63, **dict(params))
+    return cls(k, epsilon, **dict(params))
 
 
 def _privatized_aggregate(mech, counts: np.ndarray, seed: int) -> Tuple[Any, float]:
@@ -111,10 +150,11 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
     counts = rng.multinomial(point.n, p).astype(np.uint64)
     label = distribution_label(point.distribution)
     rows = []
-    for j, (name, decoders) in enumerate(point.mechanisms):
+    support = int(np.count_nonzero(p))
+    for j, (name, decoders, params) in enumerate(point.mechanisms):
         options: Dict[str, Any] = {}
         m = point.m if name == "cp" else None
-        if name == "cp" or any(d == "sparse_project" for d in decoders):
+        if name == "cp" or any(split_decoder(d)[0] in SPARSE_DECODERS for d in decoders):
             kind, param = parse_distribution(point.distribution)
             s = point.sparsity
             if s is None:
@@ -122,30 +162,43 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
             if name == "cp" and m is not None:
                 s = min(s, m - 1)
             options["sparsity"] = int(min(s, point.k))
-        mech = build_mechanism(name, point.k, point.epsilon, m, _seed_int(seed, point.run, 1))
+        epsilon = None if name in _NOT_PRIVATE else point.epsilon
+        mech = build_mechanism(name, point.k, epsilon, m, _seed_int(seed, point.run, 1), params)
         mech_seed = _seed_int(seed, index, 2, j)
         t0 = time.perf_counter()
         if point.path == "privatize":
             aggregator, shared = _privatized_aggregate(mech, counts, mech_seed)
+            path = "privatize"
         else:
             aggregator = mech.simulate(counts, seed=mech_seed)
             shared = time.perf_counter() - t0
-        for decoder in decoders:
-            # CP's OMP uses s whatever the decoder; other mechanisms only in sparse_project
-            uses_sparsity = name == "cp" or decoder == "sparse_project"
-            decoder_options = options if uses_sparsity else {}
+            # PCH's simulate is exact for ideal (fully independent) hashes only
+            path = "simulate-ideal-hash" if name == "pch" else "simulate"
+        for decoder_spec in decoders:
+            decoder, auto = split_decoder(decoder_spec)
+            # CP's OMP uses s whatever the decoder; other mechanisms only in the sparse ones
+            uses_sparsity = name == "cp" or decoder in SPARSE_DECODERS
+            kwargs = {"sparsity": options["sparsity"]} if uses_sparsity and not auto else {}
             t1 = time.perf_counter()
-            estimate = aggregator.estimate(decoder, **decoder_options)
+            estimate = aggregator.estimate(decoder, **kwargs)
             seconds = shared + time.perf_counter() - t1
+            if not uses_sparsity:
+                s_used: Any = ""
+            elif not auto:
+                s_used = options["sparsity"]
+            elif name == "cp":
+                s_used = len(mech.recover(aggregator.counts, aggregator.n).support)
+            else:
+                s_used = chosen_sparsity(mech, aggregator.counts, aggregator.n, decoder)
             error = estimate - p
             rows.append({
-                "mechanism": _LABELS[name], "decoder": decoder, "distribution": label,
-                "k": point.k, "m": m if m is not None else "",
-                "sparsity": options["sparsity"] if uses_sparsity else "",
-                "epsilon": point.epsilon,
+                "mechanism": mechanism_label(name, params), "decoder": decoder_spec,
+                "distribution": label, "k": point.k, "m": m if m is not None else "",
+                "sparsity": s_used, "support": support,
+                "epsilon": "" if epsilon is None else epsilon,
                 "n": point.n, "run": point.run, "l1": float(np.abs(error).sum()),
                 "l2": float(np.sqrt(np.dot(error, error))), "seconds": seconds,
-                "path": point.path,
+                "path": path,
             })
     return rows
 
@@ -241,10 +294,10 @@ class Preset:
     aid finishing in seconds, not a meaningful experiment)."""
 
     description: str
-    mechanisms: Tuple[Tuple[str, Tuple[str, ...]], ...]
+    mechanisms: Tuple[Tuple[Any, ...], ...]  # (name, decoders[, {parameters}]), see Point
     distributions: Tuple[str, ...]
     ks: Tuple[int, ...]
-    epsilons: Tuple[float, ...]
+    epsilons: Tuple[Optional[float], ...]   # (None,) for non-private mechanisms only
     ns: Tuple[int, ...]
     runs: int
     metric: str                      # "l1", "l2" or "seconds"
@@ -257,7 +310,8 @@ class Preset:
     tiny_ns: Tuple[int, ...] = (2000, 20000)
     tiny_m: Optional[int] = None
     notes: str = ""
-    log_x: bool = True               # n on a log axis
+    log_x: bool = True               # the x axis is logarithmic
+    x: str = "n"                     # x axis: "n" (users) or "support" (size of p's support)
 
     def grid(self, quick: bool = False, tiny: bool = False,
              runs: Optional[int] = None) -> "Preset":

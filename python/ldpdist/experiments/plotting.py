@@ -9,11 +9,19 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-_METRIC_LABEL = {"l1": "ℓ1 error", "l2": "ℓ2 error", "seconds": "decoding time (s)"}
+_METRIC_LABEL = {"l1": "ℓ1 error", "l2": "ℓ2 error", "tv": "total variation distance",
+                 "seconds": "decoding time (s)"}
+_X_LABEL = {"n": "n (users)", "support": "support size s of p"}
+
+
+def metric_value(row: Dict[str, Any], metric: str) -> float:
+    """A plotted quantity of a CSV row: a column, or ``"tv"`` = d_TV = ℓ1 / 2."""
+    return float(row["l1"]) / 2 if metric == "tv" else float(row[metric])
 
 # The worst error between two distributions: ‖p̂ − p‖₁ ≤ 2 and ‖p̂ − p‖₂ ≤ √2, reached when
 # p̂ and p have disjoint supports. A curve near it means the estimate is worthless.
 _WORST_ERROR = {"l1": (2.0, "largest possible ℓ1 error (2)"),
+                "tv": (1.0, "largest possible d_TV (1)"),
                 "l2": (math.sqrt(2.0), "largest possible ℓ2 error (√2)")}
 
 # One look per mechanism (colour, marker) and per decoder (line style, filled marker) in
@@ -66,7 +74,7 @@ def _count_label(value: float, _position: Any = None) -> str:
 
 
 def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[str] = None,
-           log_x: Optional[bool] = True):
+           log_x: Optional[bool] = True, x: str = "n"):
     """The matplotlib Figure that :func:`plot` saves (see there)."""
     import matplotlib
 
@@ -78,17 +86,23 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
 
     if metric not in _METRIC_LABEL:
         raise ValueError(f"metric must be one of {tuple(_METRIC_LABEL)}, got {metric!r}")
+    if x not in _X_LABEL:
+        raise ValueError(f"x must be one of {tuple(_X_LABEL)}, got {x!r}")
     log_x = True if log_x is None else bool(log_x)
     if not rows:
         raise ValueError("no rows to plot")
     dist_order = list(dict.fromkeys(row["distribution"] for row in rows))
     panels: Dict[Tuple, List[Dict[str, Any]]] = {}
     for row in rows:
-        key = (row["epsilon"], row["k"], dist_order.index(row["distribution"]))
-        panels.setdefault(key, []).append(row)
+        # against n: a panel per distribution; against the support: the distribution is
+        # the x axis, a panel per n. ε is empty for mechanisms without privacy.
+        epsilon = -1.0 if row["epsilon"] == "" else row["epsilon"]
+        third = dist_order.index(row["distribution"]) if x == "n" else row["n"]
+        panels.setdefault((epsilon, row["k"], third), []).append(row)
     keys = sorted(panels)
     count = len(keys)
-    ncols = len(dist_order) if len(dist_order) > 1 else min(4, count)
+    columns = len(dist_order) if x == "n" else len({key[2] for key in keys})
+    ncols = columns if columns > 1 else min(4, count)
     ncols = max(1, min(ncols, count))
     nrows = -(-count // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.5 * nrows + 1.3),
@@ -107,7 +121,7 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
     run_counts: List[int] = []
     lows: List[float] = []
     highs: List[float] = []
-    ns_all = sorted({row["n"] for row in rows})
+    ns_all = sorted({row[x] for row in rows})
     for slot, key in enumerate(keys):
         ax = axes[slot // ncols][slot % ncols]
         prow = panels[key]
@@ -116,7 +130,7 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
             for row in prow:
                 if (row["mechanism"], row["decoder"]) == series:
                     # log axes: a zero error (or time) is drawn at the smallest positive float
-                    data.setdefault(row["n"], []).append(max(float(row[metric]), 1e-300))
+                    data.setdefault(row[x], []).append(max(metric_value(row, metric), 1e-300))
             if not data:
                 continue
             ns = sorted(data)
@@ -140,7 +154,10 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
             ax.axhline(worst[0], linestyle="--", color="0.3", linewidth=1.0, label=worst[1],
                        zorder=1.5)
         sample = prow[0]
-        heading = f"{sample['distribution']}: k = {sample['k']}, ε = {sample['epsilon']:g}"
+        where = (sample["distribution"] if x == "n" else f"n = {_count_label(sample['n'])}")
+        heading = f"{where}: k = {sample['k']}"
+        if sample["epsilon"] != "":
+            heading += f", ε = {sample['epsilon']:g}"
         extra = []
         m_text = _sparsity_text(row["m"] for row in prow if row["mechanism"] == "CP")
         s_text = _sparsity_text(row.get("sparsity", "") for row in prow
@@ -157,14 +174,18 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
                 heading += f"\nsparse_project: s = {s_text}"
         ax.set_title(heading, fontsize=10)
         ax.set_yscale("log")
-        if log_x:
+        if log_x and x == "support":
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        elif log_x:
             ax.set_xscale("log")
             decades = math.log10(max(ns_all) / min(ns_all)) if min(ns_all) > 0 else 0
             subs = (1.0, 2.0, 5.0) if decades <= 2.5 else (1.0,)
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
             ax.xaxis.set_major_formatter(FuncFormatter(_count_label))
             ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel("n (users)")
+        ax.set_xlabel(_X_LABEL[x])
         if slot % ncols == 0:
             ax.set_ylabel(_METRIC_LABEL[metric])
         ax.grid(True, which="major", alpha=0.35)
@@ -218,7 +239,7 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
             break
         legend.remove()  # too wide for a narrow figure: fewer columns
         legend_cols -= 1
-    heading = title or f"{_METRIC_LABEL[metric]} vs n"
+    heading = title or f"{_METRIC_LABEL[metric]} vs {x}"
     caption = f"line: mean over {runs}; band: min–max over the runs"
     width = int(fig.get_figwidth() * 12)  # characters of the 11-point title per line
     fig.suptitle(textwrap.fill(heading, width) + "\n" + caption, fontsize=11)
@@ -229,10 +250,11 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
 
 
 def plot(rows: Sequence[Dict[str, Any]], path: str, metric: str = "l1",
-         title: Optional[str] = None, log_x: Optional[bool] = True) -> None:
-    """Save the error (or time) vs n of ``rows`` as a PNG.
+         title: Optional[str] = None, log_x: Optional[bool] = True, x: str = "n") -> None:
+    """Save the error (or time) vs n (or vs the support size, ``x="support"``) of ``rows``
+    as a PNG; ``metric`` is a CSV column or ``"tv"`` (d_TV = ℓ1/2).
 
-    One panel per (ε, k, distribution), all with the same y range (log); one curve per
+    One panel per (ε, k, distribution) — per (ε, k, n) against the support — all with the same y range (log); one curve per
     (mechanism, decoder) with the same colour, marker and line style in every panel; the
     line is the mean over runs and the shaded band spans their minimum and maximum (the
     legend says so). n is on a log axis (``log_x=False`` for a linear one; None, the
@@ -242,6 +264,6 @@ def plot(rows: Sequence[Dict[str, Any]], path: str, metric: str = "l1",
     """
     import matplotlib.pyplot as plt
 
-    fig = figure(rows, metric=metric, title=title, log_x=log_x)
+    fig = figure(rows, metric=metric, title=title, log_x=log_x, x=x)
     fig.savefig(path, dpi=100)
     plt.close(fig)

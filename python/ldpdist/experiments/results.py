@@ -18,7 +18,8 @@ def write_csv(rows: Iterable[Dict[str, Any]], path: str) -> None:
 
 def read_csv(path: str) -> List[Dict[str, Any]]:
     """Rows of :func:`write_csv`, with numbers converted back (a CSV written before the
-    ``sparsity`` column existed reads with an empty one)."""
+    ``sparsity`` or ``support`` column existed reads with an empty one; ``epsilon`` is empty
+    for a mechanism without privacy)."""
     out = []
     with open(path, newline="") as handle:
         for row in csv.DictReader(handle):
@@ -26,7 +27,9 @@ def read_csv(path: str) -> List[Dict[str, Any]]:
                 row[key] = int(row[key])
             row["m"] = int(row["m"]) if row["m"] else ""
             row["sparsity"] = int(row["sparsity"]) if row.get("sparsity") else ""
-            for key in ("epsilon", "l1", "l2", "seconds"):
+            row["support"] = int(row["support"]) if row.get("support") else ""
+            row["epsilon"] = float(row["epsilon"]) if row["epsilon"] else ""
+            for key in ("l1", "l2", "seconds"):
                 row[key] = float(row[key])
             out.append(row)
     return out
