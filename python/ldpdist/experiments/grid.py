@@ -306,9 +306,11 @@ class Preset:
     path: str = "simulate"
     quick_ns: Tuple[int, ...] = ()
     quick_runs: int = 3
+    quick_distributions: Tuple[str, ...] = ()   # default: all of them
     tiny_ks: Tuple[int, ...] = (1000,)
     tiny_ns: Tuple[int, ...] = (2000, 20000)
     tiny_m: Optional[int] = None
+    tiny_distributions: Tuple[str, ...] = ()    # default: the quick ones
     notes: str = ""
     log_x: bool = True               # the x axis is logarithmic
     x: str = "n"                     # x axis: "n" (users) or "support" (size of p's support)
@@ -318,10 +320,12 @@ class Preset:
         """This preset shrunk by ``--quick`` / ``--tiny``, with ``runs`` if given."""
         preset = self
         if quick or tiny:
-            preset = replace(preset, ns=self.quick_ns or self.ns, runs=self.quick_runs)
+            preset = replace(preset, ns=self.quick_ns or self.ns, runs=self.quick_runs,
+                             distributions=self.quick_distributions or self.distributions)
         if tiny:
             preset = replace(preset, ks=self.tiny_ks, ns=self.tiny_ns, runs=1,
-                             m=self.tiny_m if self.tiny_m is not None else self.m)
+                             m=self.tiny_m if self.tiny_m is not None else self.m,
+                             distributions=self.tiny_distributions or preset.distributions)
         if runs is not None:
             preset = replace(preset, runs=runs)
         return preset
