@@ -56,6 +56,7 @@ pub mod hadamard_response;
 pub mod local_hashing;
 pub mod randomized_response;
 pub mod subset_selection;
+pub mod two_stage_rappor;
 pub mod unary_encoding;
 
 use crate::error::{Error, Result};
