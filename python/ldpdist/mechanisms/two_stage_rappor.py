@@ -12,7 +12,7 @@ from .._validation import integer, seed_key
 from ..decoders import DECODERS, TWO_STAGE_DECODERS
 from ..errors import IntegrityError
 from ..specs import register
-from .base import BitVectorMechanism, _refuse_bools, values_array
+from .base import BitVectorMechanism, values_array
 
 
 @register
@@ -152,7 +152,11 @@ class TwoStageRAPPOR(BitVectorMechanism):
 
 def _stages_array(stages: Any, size: int) -> np.ndarray:
     """Explicit stages: 1-D integers, one per value, each 1 or 2; returned as uint8."""
-    _refuse_bools(stages)
+    if isinstance(stages, (list, tuple)):
+        for i, stage in enumerate(stages):
+            if isinstance(stage, (bool, np.bool_)):
+                raise TypeError(f"stages must be integers (1 or 2), not booleans: "
+                                f"stages[{i}] = {stage!r}")
     array = stages if isinstance(stages, np.ndarray) else np.asarray(stages)
     if array.dtype.kind not in "iu":
         if not (array.size == 0 and array.dtype == np.float64
