@@ -93,6 +93,7 @@ def make_spec(tmp_path, capsys, *argv, name="spec.json"):
     ("ss", ldpdist.SubsetSelection), ("Hr", ldpdist.HadamardResponse),
     ("oue", ldpdist.OptimizedUnaryEncoding), ("olh", ldpdist.OptimizedLocalHashing),
     ("HadamardResponse", ldpdist.HadamardResponse), ("randomizedresponse", ldpdist.RandomizedResponse),
+    ("tsrappor", ldpdist.TwoStageRAPPOR),
 ])
 def test_spec_names(capsys, name, cls):
     out, _ = ok(capsys, "spec", name, "--k", 12, "--epsilon", 1.5)
@@ -161,11 +162,13 @@ FLOWS = [
      {"decoder": "raw", "sparsity": 2, "model": "paper"}),
     (["ss", "--k", 25, "--epsilon", 1.0], ["--decoder", "normalize"], {"decoder": "normalize"}),
     (["olh", "--k", 25, "--epsilon", 1.0, "--seed", 3], ["--decoder", "project"], {"decoder": "project"}),
+    (["tsrappor", "--k", 40, "--epsilon", 2.0], ["--decoder", "two_stage_project", "--sparsity", 3],
+     {"decoder": "two_stage_project", "sparsity": 3}),
 ]
 
 
 @pytest.mark.parametrize("spec_argv, estimate_argv, api_kwargs", FLOWS,
-                         ids=["hr", "rappor", "cp", "cp-paper", "ss", "olh"])
+                         ids=["hr", "rappor", "cp", "cp-paper", "ss", "olh", "tsrappor"])
 def test_flow_matches_api(tmp_path, capsys, spec_argv, estimate_argv, api_kwargs):
     spec = make_spec(tmp_path, capsys, *spec_argv)
     mech = ldpdist.from_dict(json.loads(spec.read_text()))

@@ -7,7 +7,8 @@ this package is a thin numpy API over it.
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
 RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection, and CompressivePrivatization(k, epsilon, m, seed) for sparse distributions
+SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed)
+and TwoStageRAPPOR (Algorithm 2 of the sparse-estimation paper)
 
 Modules
 -------
@@ -16,7 +17,8 @@ ldpdist.kernels
 ldpdist.mechanisms
     The mechanisms, their aggregator and ``from_dict``.
 ldpdist.decoders
-    raw / normalize / project / sparse_project / ibu.
+    raw / normalize / project / sparse_project / ibu (two_stage / two_stage_project for
+    the two-stage mechanisms).
 ldpdist.reports
     Reports files that carry their spec's fingerprint and a batch id.
 ldpdist.specs
@@ -41,6 +43,7 @@ from .mechanisms import (
     RAPPOR,
     RandomizedResponse,
     SubsetSelection,
+    TwoStageRAPPOR,
     from_dict,
 )
 
@@ -69,6 +72,7 @@ __all__ = [
     "RAPPOR",
     "RandomizedResponse",
     "SubsetSelection",
+    "TwoStageRAPPOR",
     "decoders",
     "from_dict",
     "kernels",

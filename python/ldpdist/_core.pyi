@@ -52,6 +52,7 @@ class _Mechanism:
     k: int
     epsilon: float
     output_size: int
+    statistic_size: int
     realized_epsilon: float
     def probabilities(self) -> Tuple[float, float]: ...
     def privatize(self, values: np.ndarray, key: Optional[bytes]) -> np.ndarray: ...
@@ -74,6 +75,15 @@ class HadamardResponse(_Mechanism):
 
 class Rappor(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...
+
+class TwoStageRappor(_Mechanism):
+    def __init__(self, k: int, epsilon: float) -> None: ...
+    flip_probability: float
+    def privatize_stages(
+        self, values: np.ndarray, key: Optional[bytes], first_user: int,
+        stages: Optional[np.ndarray]
+    ) -> np.ndarray: ...
+    def two_stage_estimate(self, counts: np.ndarray, n: int, sparsity: int) -> np.ndarray: ...
 
 class OptimizedUnaryEncoding(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...

@@ -8,6 +8,7 @@ use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
 use crate::mechanisms::randomized_response::RandomizedResponse;
 use crate::mechanisms::subset_selection::{self, SubsetSelection};
+use crate::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
 use crate::mechanisms::unary_encoding::{OptimizedUnaryEncoding, Rappor};
 use crate::mechanisms::{self, BitMechanism, Estimator, IndexMechanism, ReportInt, Tally};
 use numpy::ndarray::Array2;
@@ -158,6 +159,44 @@ fn aggregate_bits<M: BitMechanism>(
     })
 }
 
+// -- two-stage RAPPOR: (k + 1)-bit rows, the last bit the public stage --------------------
+
+/// Privatize with the default stages (alternating from position 0).
+fn privatize_two_stage<'py>(
+    py: Python<'py>,
+    mechanism: &TwoStageRappor,
+    key: &crate::rng::Key,
+    values: &[u32],
+) -> PyResult<Bound<'py, PyAny>> {
+    privatize_bits(py, mechanism, key, values)
+}
+
+/// The per-stage statistic `[M (k), N (k), n₂]` of packed rows, added to `counts`.
+fn aggregate_two_stage(
+    py: Python<'_>,
+    mechanism: &TwoStageRappor,
+    reports: &Bound<'_, PyAny>,
+    counts: &mut [u64],
+    drop_invalid: bool,
+) -> PyResult<Tally> {
+    let width = mechanisms::row_bytes(mechanism.report_bits());
+    let reports: PyReadonlyArray2<'_, u8> = reports.extract().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "packed reports must be a uint8 array of shape (n, {width})"
+        ))
+    })?;
+    let shape = reports.as_array().shape().to_vec();
+    if shape[1] != width {
+        return Err(PyValueError::new_err(format!(
+            "packed reports must have shape (n, {width}), got {shape:?}"
+        )));
+    }
+    let reports = slice(&reports, "reports")?;
+    run_long(py, reports.len() as u64, || {
+        mechanism.aggregate(reports, counts, drop_invalid)
+    })
+}
+
 // -- the shared class -----------------------------------------------------------------
 
 /// A size for [`run_long`] of the server-side linear maps (estimates, channel products): at
@@ -194,6 +233,11 @@ macro_rules! mechanism_class {
             /// Distinct reports (index mechanisms) or bits per report (bit vectors).
             #[getter]
             fn output_size(&self) -> u64 {
+                self.inner.report_size()
+            }
+            /// Length of the aggregate (`output_size` unless the mechanism says otherwise).
+            #[getter]
+            fn statistic_size(&self) -> u64 {
                 self.inner.statistic_size()
             }
             #[getter]
@@ -375,6 +419,71 @@ mechanism_class!(
             Ok(Self {
                 inner: OptimizedUnaryEncoding::new(k, epsilon).map_err(to_py)?,
             })
+        }
+    }
+);
+
+mechanism_class!(
+    PyTwoStageRappor,
+    TwoStageRappor,
+    "TwoStageRappor",
+    privatize_two_stage,
+    aggregate_two_stage,
+    {
+        #[new]
+        fn new(k: u64, epsilon: f64) -> PyResult<Self> {
+            Ok(Self {
+                inner: TwoStageRappor::new(k, epsilon).map_err(to_py)?,
+            })
+        }
+
+        /// Privatize with stages alternating from `first_user` (stage 2 at odd
+        /// `first_user + i`) or, when given, the explicit `stages` (uint8, 1 or 2 per value).
+        #[pyo3(signature = (values, key, first_user, stages))]
+        fn privatize_stages<'py>(
+            &self,
+            py: Python<'py>,
+            values: PyReadonlyArray1<'py, u32>,
+            key: Option<&[u8]>,
+            first_user: u64,
+            stages: Option<PyReadonlyArray1<'py, u8>>,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            let values = slice(&values, "values")?;
+            let key = key_from(key).map_err(to_py)?;
+            let explicit = match &stages {
+                Some(s) => Some(slice(s, "stages")?),
+                None => None,
+            };
+            let assignment = match explicit {
+                Some(s) => Stages::Explicit(s),
+                None => Stages::Alternating { first_user },
+            };
+            let staged = self.inner.staged(assignment, values.len()).map_err(to_py)?;
+            privatize_bits(py, &staged, &key, values)
+        }
+
+        /// Algorithm 2's estimate (top `min(2s, k)` stage-1 counts, then stage 2 on them).
+        fn two_stage_estimate<'py>(
+            &self,
+            py: Python<'py>,
+            counts: PyReadonlyArray1<'py, u64>,
+            n: u64,
+            sparsity: u64,
+        ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+            let counts = slice(&counts, "counts")?;
+            check_length(counts.len(), self.inner.statistic_size())?;
+            Ok(
+                run_long(py, server_work(&self.inner).saturating_mul(8), || {
+                    self.inner.two_stage_estimate(counts, n, sparsity)
+                })?
+                .into_pyarray(py),
+            )
+        }
+
+        /// The flip probability f of every private bit (β of the two-stage estimate).
+        #[getter]
+        fn flip_probability(&self) -> f64 {
+            self.inner.flip_probability()
         }
     }
 );
@@ -589,6 +698,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyHadamardResponse>()?;
     m.add_class::<PyOptimizedLocalHashing>()?;
     m.add_class::<PyRappor>()?;
+    m.add_class::<PyTwoStageRappor>()?;
     m.add_class::<PyOptimizedUnaryEncoding>()?;
     Ok(())
 }

@@ -56,6 +56,7 @@ pub mod hadamard_response;
 pub mod local_hashing;
 pub mod randomized_response;
 pub mod subset_selection;
+pub mod two_stage_rappor;
 pub mod unary_encoding;
 
 use crate::error::{Error, Result};
@@ -687,6 +688,15 @@ pub trait BitMechanism: Sync {
     /// Write the report of `x < k` into `row` (`⌈bits/8⌉` bytes, zeroed by the caller),
     /// drawing randomness from `rng` only.
     fn sample_into(&self, rng: &mut StreamRng, x: u64, row: &mut [u8]);
+    /// Write the report of the user at position `user` of the batch (0-based) holding
+    /// `x`, drawing randomness from `rng` only. By default [`BitMechanism::sample_into`]: the
+    /// report does not depend on the position. A mechanism whose public, data-independent
+    /// part is assigned by position (two-stage RAPPOR's stage bit) overrides it.
+    #[inline]
+    fn sample_user(&self, rng: &mut StreamRng, user: usize, x: u64, row: &mut [u8]) {
+        let _ = user;
+        self.sample_into(rng, x, row)
+    }
     /// Whether a row with padding bits already checked to be zero is a possible report
     /// (e.g. exactly d ones for subset selection). Default: every pattern is.
     fn valid_row(&self, _row: &[u8]) -> bool {
@@ -741,7 +751,7 @@ pub fn privatize_bits<M: BitMechanism>(
                 if i % rows_per_check == 0 {
                     crate::interrupt::check()?;
                 }
-                mechanism.sample_into(&mut rng, x as u64, row);
+                mechanism.sample_user(&mut rng, first + i, x as u64, row);
             }
             Ok(())
         })
@@ -769,9 +779,16 @@ const BIT_TASK_BYTES: usize = 1 << 22;
 /// when invalid rows are dropped, one validity bit per row. O(bits + n/8 + threads · 2 MiB),
 /// never O(threads × bits × 256).
 pub fn bit_aggregation_footprint(bits: u64, rows: u64) -> Footprint {
+    bit_groups_aggregation_footprint(bits, rows, 1)
+}
+
+/// The buffers [`aggregate_bit_groups`] allocates for `rows` rows of `bits` bits counted in
+/// `groups` groups: [`bit_aggregation_footprint`] with a histogram per group (the groups
+/// share the byte-value tables): O(groups · bits + threads · 2 MiB + n/8).
+pub fn bit_groups_aggregation_footprint(bits: u64, rows: u64, groups: u64) -> Footprint {
     let tile = row_bytes(bits).min(BIT_TILE_BYTES) as u64;
     Footprint::new(format!("aggregating {rows} reports of {bits} bits"))
-        .add("the per-bit histogram", bits, 8)
+        .add("the per-bit histogram", groups.saturating_mul(bits), 8)
         .add(
             "byte-value tables (one per thread)",
             (rayon::current_num_threads() as u64).saturating_mul(tile * 256),
@@ -797,11 +814,36 @@ pub fn aggregate_bits<M: BitMechanism>(
     counts: &mut [u64],
     drop_invalid: bool,
 ) -> Result<Tally> {
+    aggregate_bit_groups(mechanism, reports, counts, 1, |_| 0, drop_invalid)
+}
+
+/// [`aggregate_bits`] with the rows split into `groups` groups: row r's bits are added to
+/// `counts[g·bits .. (g + 1)·bits]` with `g = group(r)` (a function of the row, e.g. a
+/// public bit of it; values ≥ `groups` count in the last group). `counts` has length
+/// `groups · bits`. The same validation, all-or-nothing update, overflow checks and
+/// thread-count independence; memory [`bit_groups_aggregation_footprint`]. Each task makes
+/// one pass per group over its block of rows (4 MiB), counting that group's rows in the
+/// one cache-sized byte-value table: with two alternating groups this measured 1.2–1.5×
+/// the time of one group, against 1.6–2× for one pass into a table per group.
+pub fn aggregate_bit_groups<M: BitMechanism>(
+    mechanism: &M,
+    reports: &[u8],
+    counts: &mut [u64],
+    groups: usize,
+    group: impl Fn(&[u8]) -> usize + Sync,
+    drop_invalid: bool,
+) -> Result<Tally> {
     let bits = mechanism.bits();
     let width = row_bytes(bits);
-    if counts.len() as u64 != bits {
+    let groups = groups.max(1);
+    let size = (bits as usize).checked_mul(groups).ok_or_else(|| {
+        Error::Memory(format!(
+            "{groups} groups of {bits} counts do not fit in memory"
+        ))
+    })?;
+    if counts.len() != size {
         return Err(Error::Value(format!(
-            "counts must have length {bits}, got {}",
+            "counts must have length {size}, got {}",
             counts.len()
         )));
     }
@@ -812,7 +854,7 @@ pub fn aggregate_bits<M: BitMechanism>(
         )));
     }
     let n = reports.len() / width;
-    bit_aggregation_footprint(bits, n as u64).check()?;
+    bit_groups_aggregation_footprint(bits, n as u64, groups as u64).check()?;
     // Rows per block: about BIT_TASK_BYTES of reports per task (validation reads whole rows).
     let block_rows = (BIT_TASK_BYTES / width).max(1);
     let invalid = reports
@@ -862,8 +904,7 @@ pub fn aggregate_bits<M: BitMechanism>(
     } else {
         None
     };
-    let mut histogram =
-        crate::memory::allocate_zeroed::<u64>(bits as usize, "the per-bit histogram")?;
+    let mut histogram = crate::memory::allocate_zeroed::<u64>(size, "the per-bit histogram")?;
     let cells = as_atomic(&mut histogram);
     let tile = width.min(BIT_TILE_BYTES);
     let tiles = width.div_ceil(tile);
@@ -880,40 +921,55 @@ pub fn aggregate_bits<M: BitMechanism>(
             let (block, t) = (task / tiles, task % tiles);
             let (first_byte, last_byte) = (t * tile, ((t + 1) * tile).min(width));
             let span = last_byte - first_byte;
-            table[..span * 256].fill(0);
             let first_row = block * tile_rows;
             let last_row = (first_row + tile_rows).min(n);
-            for i in first_row..last_row {
-                if let Some(valid) = &valid_rows {
-                    if valid[i / 64] >> (i % 64) & 1 == 0 {
-                        continue;
-                    }
-                }
-                let row = &reports[i * width + first_byte..i * width + last_byte];
-                for (b, &byte) in row.iter().enumerate() {
-                    table[b * 256 + byte as usize] += 1;
-                }
-            }
-            for (b, values) in table[..span * 256].chunks_exact(256).enumerate() {
-                let mut per_bit = [0u64; 8];
-                for (v, &c) in values.iter().enumerate().filter(|&(_, &c)| c > 0) {
-                    for (t, slot) in per_bit.iter_mut().enumerate() {
-                        if v & (0x80 >> t) != 0 {
-                            *slot += c;
+            // One pass over the block per group, each with the one cache-sized table (rows
+            // of alternating groups in one pass would make every table hot at once: twice as
+            // slow measured with two groups).
+            for g in 0..groups {
+                table[..span * 256].fill(0);
+                let mut counted = false;
+                for i in first_row..last_row {
+                    if let Some(valid) = &valid_rows {
+                        if valid[i / 64] >> (i % 64) & 1 == 0 {
+                            continue;
                         }
                     }
+                    if groups > 1
+                        && group(&reports[i * width..(i + 1) * width]).min(groups - 1) != g
+                    {
+                        continue;
+                    }
+                    counted = true;
+                    let row = &reports[i * width + first_byte..i * width + last_byte];
+                    for (b, &byte) in row.iter().enumerate() {
+                        table[b * 256 + byte as usize] += 1;
+                    }
                 }
-                let base = 8 * (first_byte + b);
-                for (t, &c) in per_bit.iter().enumerate() {
-                    if c > 0 && base + t < bits as usize {
-                        cells[base + t].fetch_add(c, Ordering::Relaxed);
+                if !counted {
+                    continue;
+                }
+                for (b, values) in table[..span * 256].chunks_exact(256).enumerate() {
+                    let mut per_bit = [0u64; 8];
+                    for (v, &c) in values.iter().enumerate().filter(|&(_, &c)| c > 0) {
+                        for (t, slot) in per_bit.iter_mut().enumerate() {
+                            if v & (0x80 >> t) != 0 {
+                                *slot += c;
+                            }
+                        }
+                    }
+                    let base = 8 * (first_byte + b);
+                    for (t, &c) in per_bit.iter().enumerate() {
+                        if c > 0 && base + t < bits as usize {
+                            cells[g * bits as usize + base + t].fetch_add(c, Ordering::Relaxed);
+                        }
                     }
                 }
             }
             Ok(())
         },
     )?;
-    if let Some(j) = (0..bits as usize).find(|&j| counts[j].checked_add(histogram[j]).is_none()) {
+    if let Some(j) = (0..size).find(|&j| counts[j].checked_add(histogram[j]).is_none()) {
         return Err(count_overflow(j));
     }
     counts.iter_mut().zip(&histogram).for_each(|(c, h)| *c += h);
@@ -1015,6 +1071,12 @@ pub trait Estimator: Sync {
     fn domain_size(&self) -> u64;
     /// Length of the aggregate.
     fn statistic_size(&self) -> u64;
+    /// Python's `output_size`: the number of distinct reports (index mechanisms) or bits
+    /// per report (bit vectors). The statistic's length unless a mechanism's aggregate is
+    /// more than one count per output or bit (two-stage RAPPOR: per-stage bit counts).
+    fn report_size(&self) -> u64 {
+        self.statistic_size()
+    }
     /// Number of distinct reports (`2^bits` for bit vectors, saturating).
     fn channel_outputs(&self) -> u64;
     /// Row x of the channel matrix.

@@ -11,6 +11,7 @@ use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::subset_selection::SubsetSelection;
+use ldpdist::mechanisms::two_stage_rappor::TwoStageRappor;
 use ldpdist::mechanisms::unary_encoding::{OptimizedUnaryEncoding, Rappor};
 use ldpdist::mechanisms::{
     aggregate, aggregate_bits, aggregation_footprint, bit_aggregation_footprint, row_bytes,
@@ -145,6 +146,8 @@ fn declared_footprints_cover_the_allocations() {
         failures.extend(check("RAPPOR", &rappor, users));
         let oue = OptimizedUnaryEncoding::new(k, 1.0).unwrap();
         failures.extend(check("OptimizedUnaryEncoding", &oue, users));
+        let tsr = TwoStageRappor::new(k, 1.0).unwrap();
+        failures.extend(check("TwoStageRappor", &tsr, users));
         let ss = SubsetSelection::new(k, 1.0).unwrap();
         failures.extend(check("SubsetSelection", &ss, users));
         let olh = OptimizedLocalHashing::new(k, 1.0).unwrap();
@@ -189,6 +192,30 @@ fn aggregation_failures() -> Vec<String> {
         let declared = bit_aggregation_footprint(k, rows as u64).bytes() as usize;
         if used > declared + SLACK {
             failures.push(format!("aggregate_bits of {k} bits: {used} > {declared}"));
+        }
+        // Two-stage RAPPOR: k + 1 bits per row, counted in two groups by the stage bit.
+        let tsr = TwoStageRappor::new(k, 1.0).unwrap();
+        let width = row_bytes(tsr.report_bits());
+        let mut reports = vec![0u8; rows * width];
+        for (i, b) in reports.iter_mut().enumerate() {
+            *b = (i as u32).wrapping_mul(2_654_435_761) as u8;
+        }
+        let mut counts = vec![0u64; 2 * k as usize + 1];
+        let used = peak_growth(|| tsr.aggregate(&reports, &mut counts, true).unwrap());
+        let declared = tsr.aggregation_footprint(rows as u64).bytes() as usize;
+        if used > declared + SLACK {
+            failures.push(format!(
+                "two-stage aggregate of {k} bits: {used} > {declared}"
+            ));
+        }
+        let mut counts = vec![1u64; 2 * k as usize + 1];
+        counts[2 * k as usize] = 1;
+        let used = peak_growth(|| tsr.two_stage_estimate(&counts, 2 * k + 1, 10).unwrap());
+        if used > 8 * k as usize + SLACK {
+            failures.push(format!(
+                "two-stage estimate of {k} values: {used} > {}",
+                8 * k
+            ));
         }
     }
     failures

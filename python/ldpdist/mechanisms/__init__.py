@@ -10,6 +10,7 @@ from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
 from .randomized_response import RandomizedResponse
 from .subset_selection import SubsetSelection
+from .two_stage_rappor import TwoStageRAPPOR
 from .unary_encoding import RAPPOR, OptimizedUnaryEncoding
 
 # Short names used by the command line and the experiments.
@@ -21,6 +22,7 @@ SHORT_NAMES = {
     "oue": "OptimizedUnaryEncoding",
     "olh": "OptimizedLocalHashing",
     "cp": "CompressivePrivatization",
+    "tsrappor": "TwoStageRAPPOR",
 }
 
 __all__ = [
@@ -36,4 +38,5 @@ __all__ = [
     "SubsetSelection",
     "RAPPOR",
     "OptimizedUnaryEncoding",
+    "TwoStageRAPPOR",
 ]

@@ -135,8 +135,9 @@ class Mechanism:
 
     @property
     def _statistic_size(self) -> int:
-        """Length of the aggregated count vector."""
-        return int(self._core.output_size)
+        """Length of the aggregated count vector (``output_size`` except for two-stage
+        RAPPOR, whose aggregate has per-stage counts)."""
+        return int(self._core.statistic_size)
 
     def _params(self) -> Dict[str, Any]:
         return {"k": self._k, "epsilon": self._epsilon}
