@@ -72,3 +72,19 @@ def test_sparse_project_without_s_beats_plain_projection_at_low_snr():
     known = np.abs(agg.estimate("sparse_project", sparsity=100) - p).sum()
     assert 20 <= s <= 100, s
     assert known - 0.05 <= auto < projected, (known, auto, projected)
+
+
+def test_two_stage_decoders_without_s_read_the_first_stage():
+    rng = np.random.default_rng(1)
+    k, s = 5000, 4
+    p = np.zeros(k)
+    p[rng.choice(k, s, replace=False)] = 1 / s
+    mech = ldpdist.TwoStageRAPPOR(k, 0.9)
+    agg = mech.simulate(rng.multinomial(10**6, p), seed=2)
+    first = mech._first_stage_raw(agg.counts, agg.n)
+    assert chosen_sparsity(mech, agg.counts, agg.n, "two_stage") == noise_level_sparsity(first)
+    assert noise_level_sparsity(first) == s
+    for decoder in ("two_stage", "two_stage_project"):
+        np.testing.assert_array_equal(agg.estimate(decoder), agg.estimate(decoder, sparsity=s))
+    with pytest.raises(ValueError, match="takes no sparsity"):
+        chosen_sparsity(mech, agg.counts, agg.n, "project")

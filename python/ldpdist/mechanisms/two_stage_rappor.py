@@ -66,7 +66,8 @@ class TwoStageRAPPOR(BitVectorMechanism):
 
     Estimation
     ----------
-    ``decoder="two_stage"`` (``sparsity=s`` required) is Algorithm 2: T = the
+    ``decoder="two_stage"`` is Algorithm 2 (``sparsity=None`` chooses s by the noise-level
+    rule on the stage-1 estimate, :func:`ldpdist.decoders.noise_level_sparsity`): T = the
     ``min(2s, k)`` values with the largest ``M(x)`` (ties broken towards the lowest index),
     then ``p(x) = (N(x)/n2 - β) / γ`` on T and 0 elsewhere, with ``β = f`` and
     ``γ = 1 - 2f = (e^(ε/2) - 1)/(e^(ε/2) + 1)`` for the realized f: unbiased given T. (The
@@ -137,6 +138,15 @@ class TwoStageRAPPOR(BitVectorMechanism):
         """Algorithm 2's estimate from the aggregate (``decoders.py`` calls it)."""
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         return self._core.two_stage_estimate(counts, int(n), int(sparsity))
+
+    def _first_stage_raw(self, counts: np.ndarray, n: int) -> np.ndarray:
+        """The stage-1 users' unbiased estimate ``(M/n1 - f)/(1 - 2f)``: what the
+        noise-level rule reads when the two-stage decoders get no sparsity."""
+        first = int(n) - int(counts[2 * self._k])
+        if first <= 0:
+            raise ValueError("the two-stage decoders need stage-1 reports (there are none)")
+        f = self.flip_probability
+        return (np.asarray(counts[:self._k], dtype=np.float64) / first - f) / (1.0 - 2.0 * f)
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
         k = self._k
