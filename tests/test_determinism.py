@@ -27,6 +27,7 @@ CASES = {
     "SubsetSelection": dict(k=300, epsilon=1.0),
     "OptimizedLocalHashing": dict(k=3000, epsilon=1.0),
     "CompressivePrivatization": dict(k=3000, epsilon=0.5, m=64, seed=5),
+    "OneBitHadamardResponse": dict(k=3000, epsilon=1.0),
 }
 assert set(CASES) == set(ldpdist.specs.registered()), "a mechanism is missing from CASES"
 rng = np.random.default_rng(0)
@@ -55,7 +56,7 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
     runs = {threads: json.loads(run_python(CODE, env={"RAYON_NUM_THREADS": str(threads)},
                                            timeout=600))
             for threads in (1, 2, 4)}
-    assert len(runs[1]) == 7 * 8 - 1  # CP has no IBU
+    assert len(runs[1]) == 8 * 8 - 1  # CP has no IBU
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

@@ -7,7 +7,8 @@ this package is a thin numpy API over it.
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
 RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection, and CompressivePrivatization(k, epsilon, m, seed) for sparse distributions
+SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed) and
+OneBitHadamardResponse (one bit per user; decoder="sparse_project")
 
 Modules
 -------
@@ -36,6 +37,7 @@ from .mechanisms import (
     CompressivePrivatization,
     HadamardResponse,
     Mechanism,
+    OneBitHadamardResponse,
     OptimizedLocalHashing,
     OptimizedUnaryEncoding,
     RAPPOR,
@@ -64,6 +66,7 @@ __all__ = [
     "HadamardResponse",
     "InternalError",
     "Mechanism",
+    "OneBitHadamardResponse",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
     "RAPPOR",

@@ -54,6 +54,7 @@
 pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
+pub mod one_bit_hadamard;
 pub mod randomized_response;
 pub mod subset_selection;
 pub mod unary_encoding;
@@ -200,7 +201,7 @@ pub trait IndexMechanism: Sync {
 }
 
 /// The first value `≥ k`, as an error naming its position.
-fn check_values(values: &[u32], k: u64) -> Result<()> {
+pub(crate) fn check_values(values: &[u32], k: u64) -> Result<()> {
     if k >= MAX_DOMAIN {
         return Ok(());
     }
@@ -1209,6 +1210,7 @@ impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
 impl_estimator!(index hadamard_response::HadamardResponse, fallible);
 impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
 impl_estimator!(index compressive::CompressivePrivatization, fallible);
+impl_estimator!(index one_bit_hadamard::OneBitHadamardResponse, fallible);
 impl_estimator!(bits unary_encoding::Rappor, self => (**self), symmetric);
 impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self), symmetric);
 impl_estimator!(bits subset_selection::SubsetSelection, self => self, symmetric);
