@@ -200,12 +200,32 @@ pub trait IndexMechanism: Sync {
     }
 }
 
+/// Items per task of [`first_at_least`].
+const SCAN_CHUNK: usize = 1 << 14;
+
+/// The position of the first item `≥ bound`. Chunks are scanned with a plain maximum (which
+/// vectorizes, ~0.3 ns per item) and only the first offending chunk item by item: rayon's
+/// per-item `position_first` costs ~20 ns per item, more than privatizing it.
+pub(crate) fn first_at_least<T: Copy + Into<u64> + Sync + Ord + Default>(
+    items: &[T],
+    bound: u64,
+) -> Option<usize> {
+    let chunk = items
+        .par_chunks(SCAN_CHUNK)
+        .position_first(|c| c.iter().copied().max().unwrap_or_default().into() >= bound)?;
+    let first = chunk * SCAN_CHUNK;
+    items[first..]
+        .iter()
+        .position(|&v| v.into() >= bound)
+        .map(|i| first + i)
+}
+
 /// The first value `≥ k`, as an error naming its position.
 pub(crate) fn check_values(values: &[u32], k: u64) -> Result<()> {
     if k >= MAX_DOMAIN {
         return Ok(());
     }
-    if let Some(i) = values.par_iter().position_first(|&v| v as u64 >= k) {
+    if let Some(i) = first_at_least(values, k) {
         return Err(Error::Value(format!(
             "values must lie in [0, {k}): values[{i}] = {}",
             values[i]
