@@ -90,6 +90,7 @@ class OptimizedLocalHashing(_Mechanism):
 class OneBitHadamardResponse(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...
     groups: int
+    def empty_groups(self, counts: np.ndarray) -> int: ...
     def privatize_grouped(
         self,
         values: np.ndarray,

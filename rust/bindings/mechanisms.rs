@@ -668,6 +668,13 @@ mechanism_class!(
             self.inner.groups()
         }
 
+        /// The number of groups without reports in `counts` (length 2K).
+        fn empty_groups(&self, counts: PyReadonlyArray1<'_, u64>) -> PyResult<u64> {
+            let counts = slice(&counts, "counts")?;
+            check_length(counts.len(), self.inner.statistic_size())?;
+            Ok(self.inner.empty_groups(counts))
+        }
+
         /// Reports of `values` with explicit `groups` (a 1-D unsigned array, one per value),
         /// or with the round-robin groups of users `first_user, first_user + 1, …`.
         #[pyo3(signature = (values, key, groups=None, first_user=0))]

@@ -102,12 +102,14 @@ const SHUFFLE_TAG: u64 = 0xFD;
 /// Largest number of users simulated by shuffling (the shuffle holds 4 bytes per user).
 pub const SHUFFLE_MAX_USERS: u64 = 1 << 24;
 
-/// Cost model of the two simulation algorithms, in nanoseconds (measured on the project's
-/// 2-core VM, `benches/mechanisms.rs`): per user shuffled and privatized; per class pair
-/// scanned by a pass; per hypergeometric draw.
-const SHUFFLE_NS_PER_USER: f64 = 12.0;
-const PASS_NS_PER_PAIR: f64 = 1.0;
-const PASS_NS_PER_DRAW: f64 = 60.0;
+/// Cost model of the two simulation algorithms, in nanoseconds, measured on the project's
+/// 2-core VM (k = 5000 and 2^20): per user shuffled and privatized (20–55, the shuffle's
+/// random accesses miss the cache for large n); per class pair scanned by a pass (2.7–3.9);
+/// per hypergeometric draw (70 for small counts, drawn item by item, to 450 for large ones,
+/// rand_distr's H2PE with its set-up).
+const SHUFFLE_NS_PER_USER: f64 = 40.0;
+const PASS_NS_PER_PAIR: f64 = 3.0;
+const PASS_NS_PER_DRAW: f64 = 250.0;
 
 #[derive(Clone, Debug)]
 pub struct OneBitHadamardResponse {
@@ -318,6 +320,14 @@ impl OneBitHadamardResponse {
         })
     }
 
+    /// The number of groups without reports in a report histogram (length 2K).
+    pub fn empty_groups(&self, counts: &[u64]) -> u64 {
+        counts
+            .par_chunks(1 << 14)
+            .map(|c| c.chunks_exact(2).filter(|p| p[0] | p[1] == 0).count() as u64)
+            .sum()
+    }
+
     /// Unbiased estimate from the report histogram (length 2K, module documentation).
     pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
         uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
@@ -455,9 +465,9 @@ impl OneBitHadamardResponse {
         per * count + extra.clamp(first, first + count) - first
     }
 
-    /// Whether a simulation of `true_counts` (n users) uses the Hadamard passes rather than
-    /// the shuffle: the passes cost `L·K` scanned pairs plus at most
-    /// `Σ_d min(2^{d+1}·nnz, 2K, 4n)` draws, the shuffle about n users (at most
+    /// Whether a simulation of `true_counts` (n users, nnz values with users) uses the
+    /// Hadamard passes rather than the shuffle: the passes cost `L·K` scanned pairs plus at
+    /// most `Σ_{d<L} min(2^{d+1}·nnz, 2K, n)` draws, the shuffle n users (at most
     /// [`SHUFFLE_MAX_USERS`]); the cheaper by the measured unit costs.
     pub fn simulation_uses_passes(&self, true_counts: &[u64], n: u64) -> bool {
         if n > SHUFFLE_MAX_USERS {
@@ -466,11 +476,7 @@ impl OneBitHadamardResponse {
         let nnz = true_counts.iter().filter(|&&c| c > 0).count() as f64;
         let (groups, n) = (self.groups() as f64, n as f64);
         let draws: f64 = (0..self.log_groups)
-            .map(|d| {
-                (2f64.powi(d as i32 + 1) * nnz)
-                    .min(2.0 * groups)
-                    .min(4.0 * n)
-            })
+            .map(|d| (2f64.powi(d as i32 + 1) * nnz).min(2.0 * groups).min(n))
             .sum();
         let passes = PASS_NS_PER_PAIR * self.log_groups as f64 * groups + PASS_NS_PER_DRAW * draws;
         passes < SHUFFLE_NS_PER_USER * n
@@ -803,6 +809,9 @@ mod tests {
             counts[2] = 0;
             counts[3] = 0;
             let n: u64 = counts.iter().sum();
+            let empty = counts.chunks(2).filter(|p| p[0] + p[1] == 0).count() as u64;
+            assert!(empty >= 1);
+            assert_eq!(m.empty_groups(&counts), empty);
             let fast = m.estimate_raw(&counts, n);
             let (a, b) = m.probabilities();
             let groups = m.groups();

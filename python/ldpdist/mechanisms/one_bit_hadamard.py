@@ -180,8 +180,7 @@ class OneBitHadamardResponse(Mechanism):
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:
         if n > 0:
-            sizes = counts.reshape(-1, 2).sum(axis=1, dtype=np.uint64)
-            empty = int(np.count_nonzero(sizes == 0))
+            empty = int(self._core.empty_groups(np.ascontiguousarray(counts, dtype=np.uint64)))
             if empty:
                 warnings.warn(
                     f"{empty} of the K = {self.num_groups} groups received no reports: they "
