@@ -313,6 +313,18 @@ def test_the_command_line_knows_obhr(tmp_path, capsys):
     out = tmp_path / "r.ldpr"
     assert cli.main(["privatize", "--spec", str(spec), str(values), "--seed", "3", "-o",
                      str(out)]) == 0
+    # A second batch continues the round-robin; --first-user is for obhr only.
+    second = tmp_path / "r2.ldpr"
+    assert cli.main(["privatize", "--spec", str(spec), str(values), "--seed", "4",
+                     "--first-user", "500", "-o", str(second)]) == 0
+    groups, _ = ldpdist.OneBitHadamardResponse(50, 1.0).split_reports(
+        ldpdist.read_reports(second).reports)
+    np.testing.assert_array_equal(groups, (500 + np.arange(500)) % 64)
+    hr_spec = tmp_path / "hr.json"
+    assert cli.main(["spec", "hr", "--k", "50", "--epsilon", "1", "-o", str(hr_spec)]) == 0
+    assert cli.main(["privatize", "--spec", str(hr_spec), str(values), "--first-user", "5",
+                     "-o", str(tmp_path / "x.ldpr")]) == 2
+    assert "applies only to OneBitHadamardResponse" in capsys.readouterr().err
     estimate = tmp_path / "e.csv"
     assert cli.main(["estimate", "--spec", str(spec), str(out), "--decoder",
                      "sparse_project", "--sparsity", "5", "-o", str(estimate)]) == 0
