@@ -345,19 +345,21 @@ impl OneBitHadamardResponse {
         check: &C,
     ) -> Result<Vec<f64>> {
         let gap = 1.0 - 2.0 * self.flip;
-        let z: Vec<f64> = counts
-            .par_chunks_exact(2)
-            .with_min_len(1 << 12)
-            .map(|pair| {
-                let (zeros, ones) = (pair[0], pair[1]);
-                let size = zeros as u128 + ones as u128;
-                if size == 0 {
-                    return 0.0;
-                }
-                (ones as i128 - zeros as i128) as f64 / (size as f64 * gap)
-            })
-            .collect();
-        self.decode(z, check)
+        let scale = 1.0 / self.groups() as f64;
+        // `(ones − zeros)/(size·(1 − 2b))` without branches (on real counts, branches on the
+        // sign or on emptiness mispredict and cost more than the transform): exact for counts
+        // below 2^53, and correctly rounded within a few ulps beyond.
+        let statistic = |j: usize| {
+            let (zeros, ones) = (counts[2 * j] as f64, counts[2 * j + 1] as f64);
+            let size = zeros + ones;
+            let z = (ones - zeros) / (size * gap);
+            if size > 0.0 {
+                z
+            } else {
+                0.0
+            }
+        };
+        self.transform_statistics(statistic, |h| h * scale, check)
     }
 
     /// Unbiased estimate from report frequencies (length 2K), e.g. exact expectations.
@@ -377,29 +379,52 @@ impl OneBitHadamardResponse {
         check: &C,
     ) -> Result<Vec<f64>> {
         let gap = 1.0 - 2.0 * self.flip;
-        let z: Vec<f64> = freq
-            .par_chunks_exact(2)
-            .with_min_len(1 << 12)
-            .map(|pair| {
-                let size = pair[0] + pair[1];
-                if size == 0.0 {
-                    0.0
-                } else {
-                    (pair[1] - pair[0]) / (size * gap)
-                }
-            })
-            .collect();
-        self.decode(z, check)
+        let scale = 1.0 / self.groups() as f64;
+        let statistic = |j: usize| {
+            let size = freq[2 * j] + freq[2 * j + 1];
+            let z = (freq[2 * j + 1] - freq[2 * j]) / (size * gap);
+            if size != 0.0 {
+                z
+            } else {
+                0.0
+            }
+        };
+        self.transform_statistics(statistic, |h| h * scale, check)
     }
 
-    /// `(1/K)·(H z)`, first k coordinates.
-    fn decode<C: Check>(&self, mut z: Vec<f64>, check: &C) -> Result<Vec<f64>> {
-        fwht_in_place_checked(&mut z, check)?;
-        let scale = 1.0 / self.groups() as f64;
-        Ok(z[..self.k as usize]
+    /// `finish((H_K s)_x)` for x < k, with `s_j = statistic(j)`, j < K. When `k = K/2` (k a
+    /// power of two) only the first half of `H_K s` is needed: rows `[0, K/2)` of `H_K` are
+    /// `[H_{K/2}, H_{K/2}]`, so the halves of s are added and half as long a transform
+    /// suffices (its buffer is the result).
+    fn transform_statistics<C: Check>(
+        &self,
+        statistic: impl Fn(usize) -> f64 + Sync,
+        finish: impl Fn(f64) -> f64 + Sync,
+        check: &C,
+    ) -> Result<Vec<f64>> {
+        let (groups, k) = (self.groups_usize(), self.k as usize);
+        if 2 * k == groups {
+            let mut t: Vec<f64> = (0..k)
+                .into_par_iter()
+                .with_min_len(1 << 12)
+                .map(|j| statistic(j) + statistic(j + k))
+                .collect();
+            fwht_in_place_checked(&mut t, check)?;
+            t.par_iter_mut()
+                .with_min_len(1 << 14)
+                .for_each(|v| *v = finish(*v));
+            return Ok(t);
+        }
+        let mut t: Vec<f64> = (0..groups)
+            .into_par_iter()
+            .with_min_len(1 << 12)
+            .map(&statistic)
+            .collect();
+        fwht_in_place_checked(&mut t, check)?;
+        Ok(t[..k]
             .par_iter()
             .with_min_len(1 << 14)
-            .map(|v| v * scale)
+            .map(|&v| finish(v))
             .collect())
     }
 
@@ -416,15 +441,24 @@ impl OneBitHadamardResponse {
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
         // In index order (a parallel float sum would depend on the thread count).
         let total: f64 = dist.iter().sum();
-        let mut t = allocate_zeroed::<f64>(self.groups_usize(), "the transform")?;
+        let groups = self.groups_usize();
+        // dist padded with zeros to K; when k = K/2 its upper half is zero, and H_K of it is
+        // H_{K/2} of the lower half, twice.
+        let length = if 2 * dist.len() == groups {
+            dist.len()
+        } else {
+            groups
+        };
+        let mut t = allocate_zeroed::<f64>(length, "the transform")?;
         t[..dist.len()].copy_from_slice(dist);
         fwht_in_place_checked(&mut t, check)?;
         let (half, gap, scale) = (total / 2.0, self.half_gap(), 1.0 / self.groups() as f64);
-        let mut out = allocate_zeroed::<f64>(2 * self.groups_usize(), "the result")?;
+        let mut out = allocate_zeroed::<f64>(2 * groups, "the result")?;
         out.par_chunks_exact_mut(2)
-            .zip(t.par_iter())
+            .enumerate()
             .with_min_len(1 << 12)
-            .for_each(|(pair, &h)| {
+            .for_each(|(j, pair)| {
+                let h = t[j % length];
                 pair[1] = (half + gap * h) * scale;
                 pair[0] = (half - gap * h) * scale;
             });
@@ -443,18 +477,12 @@ impl OneBitHadamardResponse {
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
         let total: f64 = w.iter().sum();
-        let mut u: Vec<f64> = w
-            .par_chunks_exact(2)
-            .with_min_len(1 << 12)
-            .map(|pair| pair[1] - pair[0])
-            .collect();
-        fwht_in_place_checked(&mut u, check)?;
         let (half, gap, scale) = (total / 2.0, self.half_gap(), 1.0 / self.groups() as f64);
-        Ok(u[..self.k as usize]
-            .par_iter()
-            .with_min_len(1 << 14)
-            .map(|&h| (half + gap * h) * scale)
-            .collect())
+        self.transform_statistics(
+            |j| w[2 * j + 1] - w[2 * j],
+            |h| (half + gap * h) * scale,
+            check,
+        )
     }
 
     // -- simulation (module documentation, "Simulation") ---------------------------------
@@ -790,7 +818,15 @@ mod tests {
 
     #[test]
     fn estimator_is_unbiased_and_fwht_decoding_equals_the_direct_formula() {
-        for (k, eps) in [(10u64, 0.5), (7, 2.0), (100, 3.0), (33, 1.5), (2, 0.1)] {
+        for (k, eps) in [
+            (10u64, 0.5),
+            (7, 2.0),
+            (100, 3.0),
+            (33, 1.5),
+            (2, 0.1),
+            (16, 1.0),
+            (64, 0.3),
+        ] {
             let m = OneBitHadamardResponse::new(k, eps).unwrap();
             let p: Vec<f64> = (0..k).map(|x| ((x * 7 + 3) % 11) as f64).collect();
             let total: f64 = p.iter().sum();
