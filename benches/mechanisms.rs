@@ -8,6 +8,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
+use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
 use ldpdist::mechanisms::unary_encoding::Rappor;
@@ -144,9 +145,100 @@ fn bench_two_stage_rappor(c: &mut Criterion) {
     group.finish();
 }
 
+/// One-bit Hadamard Response: privatize with round-robin groups (k = 5000: 16-bit reports;
+/// k = 2^20: K = 2^21 groups, 32-bit reports), the server at k = 2^20 (aggregation of 10^7
+/// reports, then the FWHT decoding), and simulate at the paper's setting (k = 5000,
+/// n = 3·10^6, s = 16 and 4096 values equally likely) and at n = 10^12, by the automatic
+/// choice and by each algorithm forced.
+fn bench_one_bit_hadamard(c: &mut Criterion) {
+    let n = 1_000_000;
+    let key = key_from_u64(2);
+    let mut group = c.benchmark_group("obhr");
+    group.throughput(Throughput::Elements(n as u64));
+    let small = OneBitHadamardResponse::new(5000, 0.5).unwrap();
+    let xs: Vec<u32> = values(n).into_iter().map(|v| v % 5000).collect();
+    let mut out16 = vec![0u16; n];
+    group.bench_function("privatize/k5000_eps0.5", |b| {
+        b.iter(|| {
+            small
+                .privatize_round_robin(&key, black_box(&xs), 0, &mut out16)
+                .unwrap()
+        })
+    });
+    let big_k = 1u64 << 20;
+    let big = OneBitHadamardResponse::new(big_k, 0.5).unwrap();
+    let wide: Vec<u32> = sample_uniform(&key_from_u64(5), big_k, n)
+        .unwrap()
+        .into_iter()
+        .map(|v| v as u32)
+        .collect();
+    let mut out32 = vec![0u32; n];
+    group.bench_function("privatize/k2^20_eps0.5", |b| {
+        b.iter(|| {
+            big.privatize_round_robin(&key, black_box(&wide), 0, &mut out32)
+                .unwrap()
+        })
+    });
+    let reports_n = 10_000_000;
+    let many: Vec<u32> = sample_uniform(&key_from_u64(6), big_k, reports_n)
+        .unwrap()
+        .into_iter()
+        .map(|v| v as u32)
+        .collect();
+    let mut reports = vec![0u32; reports_n];
+    big.privatize_round_robin(&key_from_u64(7), &many, 0, &mut reports)
+        .unwrap();
+    let size = 2 * big.groups() as usize;
+    group.throughput(Throughput::Elements(reports_n as u64));
+    group.bench_function("server/aggregate_and_decode/k2^20_n1e7", |b| {
+        b.iter(|| {
+            let mut counts = vec![0u64; size];
+            aggregate(black_box(&reports), &mut counts, false).unwrap();
+            black_box(big.estimate_raw(&counts, reports_n as u64))
+        })
+    });
+    let mut counts = vec![0u64; size];
+    aggregate(&reports, &mut counts, false).unwrap();
+    group.throughput(Throughput::Elements(big_k));
+    group.bench_function("server/decode/k2^20", |b| {
+        b.iter(|| black_box(big.estimate_raw(black_box(&counts), reports_n as u64)))
+    });
+    let users = 3_000_000u64;
+    for s in [16u64, 4096] {
+        let per = users / s;
+        let true_counts: Vec<u64> = (0..5000u64).map(|x| if x < s { per } else { 0 }).collect();
+        group.throughput(Throughput::Elements(per * s));
+        group.bench_function(format!("simulate/k5000_n3e6_s{s}"), |b| {
+            b.iter(|| {
+                small
+                    .simulate(&key_from_u64(8), black_box(&true_counts))
+                    .unwrap()
+            })
+        });
+        for (name, passes) in [("passes", true), ("shuffle", false)] {
+            group.bench_function(format!("simulate_{name}/k5000_n3e6_s{s}"), |b| {
+                b.iter(|| {
+                    small
+                        .simulate_with(&key_from_u64(8), black_box(&true_counts), passes)
+                        .unwrap()
+                })
+            });
+        }
+        let huge: Vec<u64> = true_counts
+            .iter()
+            .map(|&c| c / per * 1_000_000_000_000 / s)
+            .collect();
+        group.throughput(Throughput::Elements(huge.iter().sum()));
+        group.bench_function(format!("simulate/k5000_n1e12_s{s}"), |b| {
+            b.iter(|| small.simulate(&key_from_u64(9), black_box(&huge)).unwrap())
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = bench_privatize, bench_server, bench_two_stage_rappor
+    targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard
 }
 criterion_main!(benches);

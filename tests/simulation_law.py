@@ -4,6 +4,12 @@
 ``true_counts[x]`` users of each value x: a sum of independent multinomials, one per value,
 with rows of the channel matrix Q. Its mean is ``E_z = Σ_x c_x Q[x, z]`` and its variance
 ``V_z = Σ_x c_x Q[x, z] (1 − Q[x, z])``, both computed exactly here from ``channel_matrix()``.
+
+A mechanism whose users are not independent given their values declares the exact law of its
+simulation instead: ``mech._simulation_moments(true_counts)`` returns the per-output mean and
+variance (one-bit Hadamard Response: users in a uniformly random order fill the groups
+round-robin, so group sizes are fixed and group contents hypergeometric), and the same
+checks run against those.
 """
 
 from __future__ import annotations
@@ -20,10 +26,14 @@ def assert_simulate_is_exact_in_law(mech, true_counts, runs: int = 200, seed0: i
     Also checks the total, the seed's reproducibility, and that another seed changes counts.
     """
     true_counts = np.asarray(true_counts, dtype=np.uint64)
-    q = mech.channel_matrix()
-    c = true_counts.astype(float)
-    mean = c @ q
-    var = c @ (q * (1 - q))
+    moments = getattr(mech, "_simulation_moments", None)
+    if moments is not None:
+        mean, var = moments(true_counts)
+    else:
+        q = mech.channel_matrix()
+        c = true_counts.astype(float)
+        mean = c @ q
+        var = c @ (q * (1 - q))
     draws = np.array([mech.simulate(true_counts, seed=seed0 + r).counts for r in range(runs)],
                      dtype=float)
     assert (draws.sum(axis=1) == true_counts.sum()).all()

@@ -28,6 +28,7 @@ CASES = {
     "OptimizedLocalHashing": dict(k=3000, epsilon=1.0),
     "CompressivePrivatization": dict(k=3000, epsilon=0.5, m=64, seed=5),
     "TwoStageRAPPOR": dict(k=300, epsilon=1.0),
+    "OneBitHadamardResponse": dict(k=3000, epsilon=1.0),
 }
 assert set(CASES) == set(ldpdist.specs.registered()), "a mechanism is missing from CASES"
 rng = np.random.default_rng(0)
@@ -58,7 +59,7 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
             for threads in (1, 2, 4)}
     # 3 digests (reports, counts, simulate) + one per decoder: CP has no IBU, two-stage
     # RAPPOR has the two two-stage decoders.
-    assert len(runs[1]) == 7 * 8 - 1 + 10
+    assert len(runs[1]) == 8 * 8 - 1 + 10
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

@@ -58,6 +58,12 @@ CASES = {
         "outcome(lambda: ldpdist.Aggregator.from_bytes(10**10))",
     "ss-k2^32-aggregator":
         "m = ldpdist.SubsetSelection(2**32, 1.0); outcome(lambda: m.aggregator())",
+    "obhr-k2^30-estimate-one-report":
+        "m = ldpdist.OneBitHadamardResponse(2**30, 1.0); "
+        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+    "obhr-k2^30-privatize-groups":
+        "m = ldpdist.OneBitHadamardResponse(2**30, 1.0); "
+        "outcome(lambda: m.privatize([1, 2], groups=[2**31 - 1, 0], seed=1))",
     "olh-channel-products-k2^23":
         "m = ldpdist.OptimizedLocalHashing(2**23, 1.0); "
         "outcome(lambda: m.estimate(m.privatize(np.arange(10), seed=1), 'ibu', max_iter=1))",
@@ -124,6 +130,9 @@ INTERRUPTIBLE = {
                 "go(lambda: [m.estimate(r) for _ in range(20)])",
     "simulate": "m = ldpdist.SubsetSelection(10_000, 0.5); c = np.full(10_000, 10**8, np.uint64); "
                 "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
+    "simulate-one-bit-hadamard": "m = ldpdist.OneBitHadamardResponse(2**20, 0.5); "
+                                 "c = np.zeros(2**20, np.uint64); c[:4096] = 10**9; "
+                                 "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
     "estimate-hadamard": "m = ldpdist.HadamardResponse(2**26, 1.0); "
                          "go(lambda: [m.estimate(np.array([5], np.uint32)) for _ in range(20)])",
     "ibu-local-hashing": "m = ldpdist.OptimizedLocalHashing(2**22, 1.0); "

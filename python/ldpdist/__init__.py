@@ -7,8 +7,9 @@ this package is a thin numpy API over it.
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
 RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed)
-and TwoStageRAPPOR (Algorithm 2 of the sparse-estimation paper)
+SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed),
+OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
+(Algorithm 2 of the sparse-estimation paper)
 
 Modules
 -------
@@ -38,6 +39,7 @@ from .mechanisms import (
     CompressivePrivatization,
     HadamardResponse,
     Mechanism,
+    OneBitHadamardResponse,
     OptimizedLocalHashing,
     OptimizedUnaryEncoding,
     RAPPOR,
@@ -67,6 +69,7 @@ __all__ = [
     "HadamardResponse",
     "InternalError",
     "Mechanism",
+    "OneBitHadamardResponse",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
     "RAPPOR",

@@ -96,3 +96,15 @@ class OptimizedLocalHashing(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...
     g: int
     t: int
+
+class OneBitHadamardResponse(_Mechanism):
+    def __init__(self, k: int, epsilon: float) -> None: ...
+    groups: int
+    def empty_groups(self, counts: np.ndarray) -> int: ...
+    def privatize_grouped(
+        self,
+        values: np.ndarray,
+        key: Optional[bytes],
+        groups: Optional[np.ndarray] = None,
+        first_user: int = 0,
+    ) -> np.ndarray: ...

@@ -380,8 +380,13 @@ def cmd_privatize(args: argparse.Namespace) -> int:
     output = _binary_output(args.output, "privatize")
     mech = load_spec(args.spec)
     values = load_values(args.values, mech.k)
+    options: Dict[str, Any] = {}
+    if args.first_user is not None:
+        if not hasattr(mech, "num_groups"):
+            raise CliError(f"--first-user applies only to OneBitHadamardResponse, not {mech!r}")
+        options["first_user"] = args.first_user
     try:
-        reports = mech.privatize(values, seed=args.seed)
+        reports = mech.privatize(values, seed=args.seed, **options)
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
     try:
@@ -469,6 +474,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("values", metavar="VALUES", help="values file (.npy, or one integer per line)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed for reproducible reports (default: OS entropy)")
+    p.add_argument("--first-user", type=int, default=None, metavar="N",
+                   help="obhr: user number of the first value (value i is in group "
+                        "(N + i) mod K; default 0): continue the round-robin across batches")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="reports file to write (it carries the spec's fingerprint)")
     p.set_defaults(handler=cmd_privatize)

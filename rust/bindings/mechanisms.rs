@@ -6,6 +6,7 @@ use super::{key_from, run, run_long, slice, to_py};
 use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
+use crate::mechanisms::one_bit_hadamard::{Groups, OneBitHadamardResponse};
 use crate::mechanisms::randomized_response::RandomizedResponse;
 use crate::mechanisms::subset_selection::{self, SubsetSelection};
 use crate::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
@@ -109,6 +110,71 @@ fn aggregate_index<M: IndexMechanism>(
                 "reports must be a 1-D array of unsigned integers (uint8/16/32/64)",
             ))
         })
+}
+
+// -- one-bit Hadamard Response: index reports 2j + y with server-assigned groups ----------
+
+fn one_bit_privatize_as<'py, R: ReportInt + numpy::Element, G: ReportInt>(
+    py: Python<'py>,
+    mechanism: &OneBitHadamardResponse,
+    key: &crate::rng::Key,
+    values: &[u32],
+    groups: Groups<'_, G>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let reports = run_long(py, values.len() as u64, || {
+        let mut out = crate::memory::zeroed_vec::<R>(values.len(), "the reports")?;
+        mechanism.privatize(key, values, groups, &mut out)?;
+        Ok(out)
+    })?;
+    Ok(reports.into_pyarray(py).into_any())
+}
+
+/// Privatize with the given groups into the smallest unsigned dtype that holds `2K − 1`.
+fn one_bit_privatize<'py, G: ReportInt>(
+    py: Python<'py>,
+    mechanism: &OneBitHadamardResponse,
+    key: &crate::rng::Key,
+    values: &[u32],
+    groups: Groups<'_, G>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match mechanism.output_size() - 1 {
+        0..=0xFF => one_bit_privatize_as::<u8, G>(py, mechanism, key, values, groups),
+        0x100..=0xFFFF => one_bit_privatize_as::<u16, G>(py, mechanism, key, values, groups),
+        0x1_0000..=0xFFFF_FFFF => {
+            one_bit_privatize_as::<u32, G>(py, mechanism, key, values, groups)
+        }
+        _ => one_bit_privatize_as::<u64, G>(py, mechanism, key, values, groups),
+    }
+}
+
+/// The shared `privatize(values, key)`: the paper's round-robin groups from user 0.
+fn one_bit_privatize_round_robin<'py>(
+    py: Python<'py>,
+    mechanism: &OneBitHadamardResponse,
+    key: &crate::rng::Key,
+    values: &[u32],
+) -> PyResult<Bound<'py, PyAny>> {
+    let groups: Groups<'_, u32> = Groups::RoundRobin { first_user: 0 };
+    one_bit_privatize(py, mechanism, key, values, groups)
+}
+
+/// Explicit groups of one unsigned dtype, or `None` when `groups` is not such an array.
+fn one_bit_privatize_explicit<'py, G: ReportInt + numpy::Element>(
+    py: Python<'py>,
+    mechanism: &OneBitHadamardResponse,
+    key: &crate::rng::Key,
+    values: &[u32],
+    groups: &Bound<'py, PyAny>,
+) -> Option<PyResult<Bound<'py, PyAny>>> {
+    let array = groups.cast::<PyArray1<G>>().ok()?;
+    let readonly = match array.try_readonly() {
+        Ok(r) => r,
+        Err(e) => return Some(Err(PyTypeError::new_err(e.to_string()))),
+    };
+    Some(
+        slice(&readonly, "groups")
+            .and_then(|g| one_bit_privatize(py, mechanism, key, values, Groups::Explicit(g))),
+    )
 }
 
 // -- bit-vector reports: rows of ⌈bits/8⌉ bytes in numpy.packbits layout -------------------
@@ -691,12 +757,73 @@ mechanism_class!(
     }
 );
 
+mechanism_class!(
+    PyOneBitHadamardResponse,
+    OneBitHadamardResponse,
+    "OneBitHadamardResponse",
+    one_bit_privatize_round_robin,
+    aggregate_index,
+    {
+        #[new]
+        fn new(k: u64, epsilon: f64) -> PyResult<Self> {
+            Ok(Self {
+                inner: OneBitHadamardResponse::new(k, epsilon).map_err(to_py)?,
+            })
+        }
+
+        /// K, the number of groups.
+        #[getter]
+        fn groups(&self) -> u64 {
+            self.inner.groups()
+        }
+
+        /// The number of groups without reports in `counts` (length 2K).
+        fn empty_groups(&self, counts: PyReadonlyArray1<'_, u64>) -> PyResult<u64> {
+            let counts = slice(&counts, "counts")?;
+            check_length(counts.len(), self.inner.statistic_size())?;
+            Ok(self.inner.empty_groups(counts))
+        }
+
+        /// Reports of `values` with explicit `groups` (a 1-D unsigned array, one per value),
+        /// or with the round-robin groups of users `first_user, first_user + 1, …`.
+        #[pyo3(signature = (values, key, groups=None, first_user=0))]
+        fn privatize_grouped<'py>(
+            &self,
+            py: Python<'py>,
+            values: PyReadonlyArray1<'py, u32>,
+            key: Option<&[u8]>,
+            groups: Option<&Bound<'py, PyAny>>,
+            first_user: u64,
+        ) -> PyResult<Bound<'py, PyAny>> {
+            let values = slice(&values, "values")?;
+            let key = key_from(key).map_err(to_py)?;
+            let inner = &self.inner;
+            match groups {
+                None => {
+                    let groups: Groups<'_, u32> = Groups::RoundRobin { first_user };
+                    one_bit_privatize(py, inner, &key, values, groups)
+                }
+                Some(groups) => one_bit_privatize_explicit::<u8>(py, inner, &key, values, groups)
+                    .or_else(|| one_bit_privatize_explicit::<u16>(py, inner, &key, values, groups))
+                    .or_else(|| one_bit_privatize_explicit::<u32>(py, inner, &key, values, groups))
+                    .or_else(|| one_bit_privatize_explicit::<u64>(py, inner, &key, values, groups))
+                    .unwrap_or_else(|| {
+                        Err(PyTypeError::new_err(
+                            "groups must be a 1-D array of unsigned integers (uint8/16/32/64)",
+                        ))
+                    }),
+            }
+        }
+    }
+);
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompressivePrivatization>()?;
     m.add_class::<PySubsetSelection>()?;
     m.add_class::<PyRandomizedResponse>()?;
     m.add_class::<PyHadamardResponse>()?;
     m.add_class::<PyOptimizedLocalHashing>()?;
+    m.add_class::<PyOneBitHadamardResponse>()?;
     m.add_class::<PyRappor>()?;
     m.add_class::<PyTwoStageRappor>()?;
     m.add_class::<PyOptimizedUnaryEncoding>()?;

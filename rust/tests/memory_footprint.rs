@@ -9,6 +9,7 @@
 use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Regime};
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
+use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::subset_selection::SubsetSelection;
 use ldpdist::mechanisms::two_stage_rappor::TwoStageRappor;
@@ -152,6 +153,11 @@ fn declared_footprints_cover_the_allocations() {
         failures.extend(check("SubsetSelection", &ss, users));
         let olh = OptimizedLocalHashing::new(k, 1.0).unwrap();
         failures.extend(check("OptimizedLocalHashing", &olh, users));
+        // Simulation by the shuffle (4k users) and by the passes (10^12 users).
+        let obhr = OneBitHadamardResponse::new(k, 1.0).unwrap();
+        for many in [users, 1_000_000_000_000] {
+            failures.extend(check("OneBitHadamardResponse", &obhr, many));
+        }
         for kind in [MatrixKind::Balanced, MatrixKind::Rademacher] {
             let cp =
                 CompressivePrivatization::new(k, 0.5, 64, key, kind, Regime::Auto, true).unwrap();

@@ -8,6 +8,7 @@ from .base import BitVectorMechanism, Mechanism, from_dict
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
+from .one_bit_hadamard import OneBitHadamardResponse
 from .randomized_response import RandomizedResponse
 from .subset_selection import SubsetSelection
 from .two_stage_rappor import TwoStageRAPPOR
@@ -23,6 +24,7 @@ SHORT_NAMES = {
     "olh": "OptimizedLocalHashing",
     "cp": "CompressivePrivatization",
     "tsrappor": "TwoStageRAPPOR",
+    "obhr": "OneBitHadamardResponse",
 }
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
+    "OneBitHadamardResponse",
     "RandomizedResponse",
     "SubsetSelection",
     "RAPPOR",
