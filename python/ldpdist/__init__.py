@@ -7,7 +7,8 @@ this package is a thin numpy API over it.
 Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
 -----------------------------------------------------------------------
 RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection, and CompressivePrivatization(k, epsilon, m, seed) for sparse distributions
+SubsetSelection, and CompressivePrivatization(k, epsilon, m, seed) for sparse distributions;
+PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT private)
 
 Modules
 -------
@@ -38,6 +39,7 @@ from .mechanisms import (
     Mechanism,
     OptimizedLocalHashing,
     OptimizedUnaryEncoding,
+    PublicCoinHashing,
     RAPPOR,
     RandomizedResponse,
     SubsetSelection,
@@ -66,6 +68,7 @@ __all__ = [
     "Mechanism",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
+    "PublicCoinHashing",
     "RAPPOR",
     "RandomizedResponse",
     "SubsetSelection",

@@ -103,6 +103,11 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
     """
     max_iter = integer(max_iter, "max_iter", minimum=1)
     tol = real(tol, "tol")
+    # A mechanism whose aggregate is not the statistic its channel products describe maps it
+    # first (public-coin hashing pools its two stages' counts).
+    linear_statistic = getattr(mechanism, "_linear_statistic", None)
+    if linear_statistic is not None:
+        counts = linear_statistic(counts)
     k = mechanism.k
     size = np.asarray(counts).size
     # About ten work vectors of each size live at once (iterates, expectations, ratios).

@@ -7,7 +7,10 @@ mechanism estimates the distribution with every listed decoder — and write one
 CSV columns: ``mechanism, decoder, distribution, k, m, sparsity, epsilon, n, run, l1, l2,
 seconds, path``. ``m`` is CP's report count and ``sparsity`` the s given to CP's OMP or to the
 ``sparse_project`` decoder (both empty when unused). ``l1``/``l2`` are ‖p̂ − p‖ against the
-true distribution p. ``path`` says how the aggregate was produced:
+true distribution p. ``epsilon`` is empty for public-coin hashing (``pch``, not private;
+its message length is ``--bits``, in the title). ``path`` says how the aggregate was
+produced (for ``pch``, ``simulate`` is exact under ideal, fully independent hash functions,
+not for the pairwise-independent family that ``privatize`` uses):
 
 * ``simulate`` — ``mechanism.simulate(true_counts, seed)``, the aggregate of privatizing the
   users, exact in distribution (no per-user report is stored). ``seconds`` is the wall time
@@ -55,17 +58,17 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import numpy as np
 
 from .errors import CliError
-from .decoders import DECODERS
+from .decoders import DECODERS, SPARSE_DECODERS, TWO_STAGE_DECODERS
 from .mechanisms import SHORT_NAMES
 
 COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "epsilon", "n", "run",
            "l1", "l2", "seconds", "path")
-ALL_DECODERS = DECODERS
+ALL_DECODERS = DECODERS + TWO_STAGE_DECODERS
 
 # short name -> class name; the CSV and the plots use the short (upper-case) names
 _MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
-           "cp": "CP"}
+           "cp": "CP", "pch": "PCH"}
 
 
 def mechanism_key(name: str) -> str:
@@ -197,7 +200,7 @@ class Point:
 
     distribution: str
     k: int
-    epsilon: float
+    epsilon: Optional[float]         # None for a mechanism without ε (pch)
     n: int
     run: int
     mechanisms: Tuple[Tuple[str, Tuple[str, ...]], ...]  # (short name, decoders)
@@ -205,12 +208,13 @@ class Point:
     sparsity: Optional[int] = None   # CP's s; None: from the distribution and ``mass``
     mass: float = 0.99
     path: str = "simulate"           # or "privatize"
+    bits: Optional[int] = None       # pch's message length ℓ
 
 
 def make_points(mechanisms: Sequence[Tuple[str, Sequence[str]]], distributions: Sequence[str],
                 ks: Sequence[int], epsilons: Sequence[float], ns: Sequence[int], runs: int,
                 m: Optional[int] = None, sparsity: Optional[int] = None, mass: float = 0.99,
-                path: str = "simulate") -> List[Point]:
+                path: str = "simulate", bits: Optional[int] = None) -> List[Point]:
     """All points of a grid, run-major (an interrupted grid has whole runs first)."""
     mechs = tuple((mechanism_key(name), tuple(decoders)) for name, decoders in mechanisms)
     points = []
@@ -219,8 +223,9 @@ def make_points(mechanisms: Sequence[Tuple[str, Sequence[str]]], distributions: 
             for epsilon in epsilons:
                 for dist in distributions:
                     for n in ns:
-                        points.append(Point(dist, int(k), float(epsilon), int(n), run, mechs,
-                                            m, sparsity, mass, path))
+                        eps = None if epsilon is None else float(epsilon)
+                        points.append(Point(dist, int(k), eps, int(n), run, mechs,
+                                            m, sparsity, mass, path, bits))
     return points
 
 
@@ -230,11 +235,16 @@ def _seed_int(*entropy: int) -> int:
     return sum(int(w) << (32 * j) for j, w in enumerate(words))
 
 
-def build_mechanism(name: str, k: int, epsilon: float, m: Optional[int], seed: int):
+def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int], seed: int,
+                    bits: Optional[int] = None):
     import ldpdist
 
     key = mechanism_key(name)
     cls = getattr(ldpdist, _MECHANISMS[key])
+    if key == "pch":
+        if bits is None:
+            raise ValueError("public-coin hashing (pch) needs bits (--bits)")
+        return cls(k, bits, seed)
     if key == "cp":
         if m is None:
             raise ValueError("compressive privatization (cp) needs m (--m)")
@@ -248,12 +258,15 @@ def _privatized_aggregate(mech, counts: np.ndarray, seed: int) -> Tuple[Any, flo
     """Privatize the users value by value in chunks; returns the aggregator and the time
     spent aggregating (``Aggregator.add``), privatization excluded."""
     values = np.repeat(np.arange(mech.k, dtype=np.uint32), counts.astype(np.int64))
-    per_report = max(1, -(-mech.output_size // 8)) if mech.report_kind == "bits" else 4
+    per_report = {"bits": max(1, -(-mech.output_size // 8)), "hashed": 8}.get(mech.report_kind, 4)
     chunk = max(1 << 12, (1 << 26) // per_report)
     aggregator = mech.aggregator()
     spent = 0.0
     for c, start in enumerate(range(0, values.size, chunk)):
-        reports = mech.privatize(values[start:start + chunk], seed=_seed_int(seed, c))
+        if mech.randomized:
+            reports = mech.privatize(values[start:start + chunk], seed=_seed_int(seed, c))
+        else:  # public-coin hashing: deterministic, users start, start + 1, ...
+            reports = mech.privatize(values[start:start + chunk], first_user=start)
         t0 = time.perf_counter()
         aggregator.add(reports)
         spent += time.perf_counter() - t0
@@ -272,7 +285,7 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
     for j, (name, decoders) in enumerate(point.mechanisms):
         options: Dict[str, Any] = {}
         m = point.m if name == "cp" else None
-        if name == "cp" or any(d == "sparse_project" for d in decoders):
+        if name == "cp" or any(d in SPARSE_DECODERS for d in decoders):
             kind, param = parse_distribution(point.distribution)
             s = point.sparsity
             if s is None:
@@ -280,7 +293,8 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
             if name == "cp" and m is not None:
                 s = min(s, m - 1)
             options["sparsity"] = int(min(s, point.k))
-        mech = build_mechanism(name, point.k, point.epsilon, m, _seed_int(seed, point.run, 1))
+        mech = build_mechanism(name, point.k, point.epsilon, m, _seed_int(seed, point.run, 1),
+                               point.bits)
         mech_seed = _seed_int(seed, index, 2, j)
         t0 = time.perf_counter()
         if point.path == "privatize":
@@ -289,8 +303,8 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
             aggregator = mech.simulate(counts, seed=mech_seed)
             shared = time.perf_counter() - t0
         for decoder in decoders:
-            # CP's OMP uses s whatever the decoder; other mechanisms only in sparse_project
-            uses_sparsity = name == "cp" or decoder == "sparse_project"
+            # CP's OMP uses s whatever the decoder; other mechanisms only in the sparse decoders
+            uses_sparsity = name == "cp" or decoder in SPARSE_DECODERS
             decoder_options = options if uses_sparsity else {}
             t1 = time.perf_counter()
             estimate = aggregator.estimate(decoder, **decoder_options)
@@ -300,7 +314,7 @@ def run_point(point: Point, seed: int, index: int) -> List[Dict[str, Any]]:
                 "mechanism": _LABELS[name], "decoder": decoder, "distribution": label,
                 "k": point.k, "m": m if m is not None else "",
                 "sparsity": options["sparsity"] if uses_sparsity else "",
-                "epsilon": point.epsilon,
+                "epsilon": point.epsilon if point.epsilon is not None else "",
                 "n": point.n, "run": point.run, "l1": float(np.abs(error).sum()),
                 "l2": float(np.sqrt(np.dot(error, error))), "seconds": seconds,
                 "path": point.path,
@@ -499,7 +513,8 @@ def read_csv(path: str) -> List[Dict[str, Any]]:
                 row[key] = int(row[key])
             row["m"] = int(row["m"]) if row["m"] else ""
             row["sparsity"] = int(row["sparsity"]) if row.get("sparsity") else ""
-            for key in ("epsilon", "l1", "l2", "seconds"):
+            row["epsilon"] = float(row["epsilon"]) if row["epsilon"] else ""
+            for key in ("l1", "l2", "seconds"):
                 row[key] = float(row[key])
             out.append(row)
     return out
@@ -636,7 +651,9 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
             ax.axhline(worst[0], linestyle="--", color="0.3", linewidth=1.0, label=worst[1],
                        zorder=1.5)
         sample = prow[0]
-        heading = f"{sample['distribution']}: k = {sample['k']}, ε = {sample['epsilon']:g}"
+        heading = f"{sample['distribution']}: k = {sample['k']}"
+        if sample["epsilon"] != "":
+            heading += f", ε = {sample['epsilon']:g}"
         extra = []
         m_text = _sparsity_text(row["m"] for row in prow if row["mechanism"] == "CP")
         s_text = _sparsity_text(row.get("sparsity", "") for row in prow
@@ -843,8 +860,19 @@ def _simulate(args: argparse.Namespace) -> int:
     for decoder in decoders:
         if decoder not in ALL_DECODERS:
             raise CliError(f"unknown decoder {decoder!r} (known: {', '.join(ALL_DECODERS)})")
-    if "cp" in mechanisms and "ibu" in decoders:
-        raise CliError("decoder 'ibu' is not available for cp")
+    import ldpdist
+
+    classes = {name: getattr(ldpdist, _MECHANISMS[name]) for name in mechanisms}
+    for name, cls in classes.items():
+        missing = [d for d in decoders if d not in cls.decoders]
+        if missing:
+            raise CliError(f"decoder {missing[0]!r} is not available for {name} (it has: "
+                           f"{', '.join(cls.decoders)})")
+    private = [name for name, cls in classes.items() if cls.private]
+    public = [name for name, cls in classes.items() if not cls.private]
+    if private and public:
+        raise CliError(f"{', '.join(public)} has no epsilon (it is not private): simulate it "
+                       f"in a separate run from {', '.join(private)}")
     dists = [args.dist] if os.path.isfile(args.dist) else _split(args.dist)
     k = _int(args.k, "--k", minimum=2) if args.k is not None else None
     for dist in dists:
@@ -861,17 +889,30 @@ def _simulate(args: argparse.Namespace) -> int:
             raise CliError(f"{dist} has {param.size} entries but k = {k}")
         if kind == "unif" and param > k:
             raise CliError(f"{dist} needs a support of at most k = {k}")
-    epsilons = [_float(e, "--epsilon") for e in _split(args.epsilon)]
+    if private and args.epsilon is None:
+        raise CliError("--epsilon is required (comma-separated ε values)")
+    if public and args.epsilon is not None:
+        raise CliError(f"--epsilon does not apply to {', '.join(public)}: it is not a private "
+                       "mechanism (communication-limited only)")
+    if public and args.bits is None:
+        raise CliError("pch needs --bits (the message length ℓ, 1 to 31)")
+    if not public and args.bits is not None:
+        raise CliError("--bits applies only to pch (PublicCoinHashing), which is not among "
+                       "--mechanism")
+    bits = _int(args.bits, "--bits") if args.bits is not None else None
+    epsilons = ([_float(e, "--epsilon") for e in _split(args.epsilon)] if private
+                else [None])
     ns = [_int(n, "--n") for n in _split(args.n)]
     runs = _int(args.runs, "--runs")
     jobs = _int(args.jobs, "--jobs")
     seed = _int(args.seed, "--seed", minimum=0)
     m = _int(args.m, "--m", minimum=2) if args.m is not None else None
-    if "cp" not in mechanisms:
-        for option, value in (("--m", args.m), ("--sparsity", args.sparsity)):
-            if value is not None:
-                raise CliError(f"{option} applies only to cp (CompressivePrivatization), which "
-                               "is not among --mechanism")
+    if "cp" not in mechanisms and args.m is not None:
+        raise CliError("--m applies only to cp (CompressivePrivatization), which is not among "
+                       "--mechanism")
+    if "cp" not in mechanisms and "pch" not in mechanisms and args.sparsity is not None:
+        raise CliError("--sparsity applies only to cp (CompressivePrivatization) and pch "
+                       "(PublicCoinHashing), which are not among --mechanism")
     if "cp" in mechanisms:
         if m is None:
             raise CliError("cp needs --m (the number of reports, 2 <= m < k)")
@@ -884,9 +925,11 @@ def _simulate(args: argparse.Namespace) -> int:
     if not args.name or os.sep in args.name:
         raise CliError(f"--name must be a plain file name, got {args.name!r}")
     points = make_points([(name, decoders) for name in mechanisms], dists, [k], epsilons, ns,
-                         runs, m=m, sparsity=sparsity, mass=mass, path="simulate")
+                         runs, m=m, sparsity=sparsity, mass=mass, path="simulate", bits=bits)
     title = (f"simulate: {_METRIC_LABEL[args.metric]} vs n — k = {k}"
-             + (f", m = {m}" if m else "") + ", ε = " + ", ".join(f"{e:g}" for e in epsilons))
+             + (f", m = {m}" if m else "")
+             + (", ε = " + ", ".join(f"{e:g}" for e in epsilons) if private
+                else f", ℓ = {bits} bits (not private)"))
     return _execute(points, args.name, args.out, seed, jobs, args.metric, title)
 
 
@@ -912,15 +955,17 @@ def register(subparsers: Any) -> None:
         "simulate", help="error vs n for any mechanisms/distribution grid (CSV + PNG)",
         description="Simulate mechanisms on a grid (exact in distribution, via simulate).")
     sim.add_argument("--mechanism", required=True,
-                     help="comma-separated: rr, rappor, ss, hr, oue, olh, cp (or class names)")
+                     help="comma-separated: rr, rappor, ss, hr, oue, olh, cp, pch (or class "
+                          "names)")
     sim.add_argument("--dist", required=True,
                      help="geo:LAMBDA, unif:S, zipf:A (comma-separated) or a .npy file")
     sim.add_argument("--k", help="number of values (set by a .npy distribution)")
-    sim.add_argument("--epsilon", required=True, help="comma-separated ε values")
+    sim.add_argument("--epsilon", help="comma-separated ε values (required, except for pch)")
+    sim.add_argument("--bits", help="pch: bits per message ℓ (required for pch)")
     sim.add_argument("--n", required=True, help="comma-separated numbers of users")
     sim.add_argument("--runs", default="5", help="runs per point (default 5)")
     sim.add_argument("--m", help="reports of cp (required for cp)")
-    sim.add_argument("--sparsity", help="cp's s (default: S of unif:S, else the support "
+    sim.add_argument("--sparsity", help="cp's / pch's s (default: S of unif:S, else the support "
                      "holding --mass of the probability)")
     sim.add_argument("--mass", default="0.99", type=str,
                      help="cp: see --sparsity (default 0.99)")

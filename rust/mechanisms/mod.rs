@@ -54,6 +54,7 @@
 pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
+pub mod public_coin_hashing;
 pub mod randomized_response;
 pub mod subset_selection;
 pub mod unary_encoding;

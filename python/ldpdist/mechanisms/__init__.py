@@ -8,6 +8,7 @@ from .base import BitVectorMechanism, Mechanism, from_dict
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
+from .public_coin_hashing import PublicCoinHashing
 from .randomized_response import RandomizedResponse
 from .subset_selection import SubsetSelection
 from .unary_encoding import RAPPOR, OptimizedUnaryEncoding
@@ -21,6 +22,7 @@ SHORT_NAMES = {
     "oue": "OptimizedUnaryEncoding",
     "olh": "OptimizedLocalHashing",
     "cp": "CompressivePrivatization",
+    "pch": "PublicCoinHashing",
 }
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
+    "PublicCoinHashing",
     "RandomizedResponse",
     "SubsetSelection",
     "RAPPOR",
