@@ -707,9 +707,7 @@ impl PyPublicCoinHashing {
                 .zip(users.par_chunks(1 << 12))
                 .try_for_each(|((a, b), users)| {
                     crate::interrupt::check()?;
-                    for ((a, b), &u) in a.iter_mut().zip(b.iter_mut()).zip(users) {
-                        (*a, *b) = self.inner.hash_parameters(u);
-                    }
+                    self.inner.hash_parameters_into(users, a, b);
                     Ok::<(), crate::error::Error>(())
                 })?;
             Ok((a, b))
