@@ -667,7 +667,8 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
         else:
             s_text = _sparsity_text(row.get("sparsity", "") for row in prow)
             if s_text:
-                heading += f"\nsparse_project: s = {s_text}"
+                used = sorted({row["decoder"] for row in prow if row.get("sparsity", "") != ""})
+                heading += f"\n{', '.join(used)}: s = {s_text}"
         ax.set_title(heading, fontsize=10)
         ax.set_yscale("log")
         if log_x:

@@ -390,8 +390,9 @@ impl PublicCoinHashing {
         let mut c = allocate_zeroed::<u64>(block, "a block of offsets")?;
         let shift = self.shift();
         let threshold = 1u64 << shift;
-        // Values per task: a few tasks per thread, whole tiles.
-        let tasks = 4 * rayon::current_num_threads();
+        // Values per task: several tasks per thread (a thread descheduled by other processes
+        // delays the block by one short task), whole tiles.
+        let tasks = 8 * rayon::current_num_threads();
         let span = k.div_ceil(tasks).div_ceil(TASK_ALIGN).max(1) * TASK_ALIGN;
         let mut stage2 = 0u64;
         for part in reports.chunks(USER_BLOCK) {
