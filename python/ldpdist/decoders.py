@@ -22,7 +22,8 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     distribution. For index-valued mechanisms the reports are multinomial and this is exact
     maximum likelihood. For bit-vector mechanisms the aggregate is a vector of per-bit counts;
     the update is the EM of the model in which each bit count is Poisson with mean
-    ``n * P(bit = 1 | p)`` (Richardson–Lucy), normalized at the end.
+    ``n * P(bit = 1 | p)`` (Richardson–Lucy), normalized at the end; public-coin hashing
+    uses the same model for its pooled counts ``M + N`` (``mechanism._linear_statistic``).
 """
 
 from __future__ import annotations

@@ -398,8 +398,8 @@ impl PublicCoinHashing {
         for part in reports.chunks(USER_BLOCK) {
             crate::interrupt::check()?;
             // Stage 1 (even i) first, then stage 2 (odd i), each in report order.
-            let ones = part.iter().filter(|&&r| (r >> self.bits) & 1 == 0).count();
-            let (mut first, mut second) = (0, ones);
+            let stage1 = part.iter().filter(|&&r| (r >> self.bits) & 1 == 0).count();
+            let (mut first, mut second) = (0, stage1);
             for &r in part {
                 if (r >> self.bits) & 1 == 0 {
                     ordered[first] = r;
@@ -409,7 +409,7 @@ impl PublicCoinHashing {
                     second += 1;
                 }
             }
-            stage2 += (part.len() - ones) as u64;
+            stage2 += (part.len() - stage1) as u64;
             let len = part.len();
             a[..len]
                 .par_chunks_mut(1 << 11)
@@ -434,8 +434,8 @@ impl PublicCoinHashing {
                         }
                     }
                 });
-            let (a1, a2) = a[..len].split_at(ones);
-            let (c1, c2) = c[..len].split_at(ones);
+            let (a1, a2) = a[..len].split_at(stage1);
+            let (c1, c2) = c[..len].split_at(stage1);
             let (m, rest) = added.split_at_mut(k);
             m.par_chunks_mut(span)
                 .zip(rest[..k].par_chunks_mut(span))
