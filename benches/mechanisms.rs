@@ -9,6 +9,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
+use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
 use ldpdist::mechanisms::unary_encoding::Rappor;
@@ -64,6 +65,47 @@ fn bench_server(c: &mut Criterion) {
     group.bench_function("hr/simulate/k10000_n1e6", |b| {
         b.iter(|| {
             hr.simulate(&key_from_u64(4), black_box(&true_counts))
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
+/// Public-coin hashing at the paper's communication experiment (k = 5000, n = 4·10^5, ℓ = 3):
+/// privatization (one ChaCha20 stream per user) and the server's n·k = 2·10^9 hash
+/// evaluations (aggregation) plus the two-stage estimate; simulate at the same size.
+fn bench_public_coin_hashing(c: &mut Criterion) {
+    let (k, n, bits) = (5000u64, 400_000usize, 3u32);
+    let pch = PublicCoinHashing::new(k, bits, key_from_u64(7)).unwrap();
+    let xs: Vec<u32> = sample_uniform(&key_from_u64(1), 50, n)
+        .unwrap()
+        .into_iter()
+        .map(|v| v as u32)
+        .collect();
+    let mut reports = vec![0u64; n];
+    pch.privatize(&xs, Users::From(0), &mut reports).unwrap();
+    let mut group = c.benchmark_group("pch");
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function("privatize/k5000_l3_n4e5", |b| {
+        let mut out = vec![0u64; n];
+        b.iter(|| {
+            pch.privatize(black_box(&xs), Users::From(0), &mut out)
+                .unwrap()
+        })
+    });
+    group.throughput(Throughput::Elements(n as u64 * k));
+    group.bench_function("aggregate_and_two_stage/k5000_l3_n4e5", |b| {
+        b.iter(|| {
+            let mut counts = vec![0u64; 2 * k as usize + 1];
+            pch.aggregate(black_box(&reports), &mut counts).unwrap();
+            black_box(pch.two_stage_estimate(&counts, n as u64, 50).unwrap())
+        })
+    });
+    let true_counts = vec![80u64; k as usize];
+    group.throughput(Throughput::Elements(k));
+    group.bench_function("simulate/k5000_n4e5", |b| {
+        b.iter(|| {
+            pch.simulate(&key_from_u64(4), black_box(&true_counts))
                 .unwrap()
         })
     });
@@ -239,6 +281,7 @@ fn bench_one_bit_hadamard(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
-    targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard
+    targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
+        bench_public_coin_hashing
 }
 criterion_main!(benches);

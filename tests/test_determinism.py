@@ -29,6 +29,7 @@ CASES = {
     "CompressivePrivatization": dict(k=3000, epsilon=0.5, m=64, seed=5),
     "TwoStageRAPPOR": dict(k=300, epsilon=1.0),
     "OneBitHadamardResponse": dict(k=3000, epsilon=1.0),
+    "PublicCoinHashing": dict(k=3000, bits=3, seed=5),
 }
 assert set(CASES) == set(ldpdist.specs.registered()), "a mechanism is missing from CASES"
 rng = np.random.default_rng(0)
@@ -39,7 +40,8 @@ for name, params in sorted(CASES.items()):
     p = rng.dirichlet(np.full(k, 0.3))
     n = 150_000 if mech.report_kind == "bits" else 400_000
     values = rng.choice(k, size=n, p=p)
-    reports = mech.privatize(values, seed=1)
+    # (a mechanism without client randomness takes public user indices instead of a seed)
+    reports = mech.privatize(values, seed=1) if mech.randomized else mech.privatize(values, first_user=1)
     agg = mech.aggregator().add(reports)
     out[name + "/reports"] = digest(reports)
     out[name + "/counts"] = digest(agg.counts)
@@ -57,9 +59,10 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
     runs = {threads: json.loads(run_python(CODE, env={"RAYON_NUM_THREADS": str(threads)},
                                            timeout=600))
             for threads in (1, 2, 4)}
-    # 3 digests (reports, counts, simulate) + one per decoder: CP has no IBU, two-stage
-    # RAPPOR has the two two-stage decoders.
-    assert len(runs[1]) == 8 * 8 - 1 + 10
+    # reports, counts, simulate and one entry per decoder: 5 decoders for the classic
+    # six and one-bit HR, 4 for CP (no IBU), 7 for two-stage RAPPOR and public-coin
+    # hashing (the two-stage decoders too)
+    assert len(runs[1]) == 7 * 8 + 7 + 2 * 10
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

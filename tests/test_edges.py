@@ -13,17 +13,23 @@ from ldpdist import _core
 from ldpdist.specs import from_dict, parse_json, registered
 
 ALL = sorted(registered())
+# The ε rule applies to private mechanisms; one without ε (public-coin hashing: not private,
+# communication-limited) opts out explicitly and is checked to refuse any ε instead.
+PRIVATE = [name for name in ALL if registered()[name].private]
+NOT_PRIVATE = [name for name in ALL if not registered()[name].private]
 
 
 def build(name, k, epsilon):
     cls = registered()[name]
+    if not cls.private:
+        return cls(k=k, bits=3, seed=1)  # no ε
     if name == "CompressivePrivatization":
         # The high-privacy construction accepts every ε (medium privacy needs ε ≤ ln m).
         return cls(k=max(k, 64), epsilon=epsilon, m=16, seed=1, regime="high")
     return cls(k=k, epsilon=epsilon)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", PRIVATE)
 @pytest.mark.parametrize("epsilon", [1e-300, 1e-14, 5e-324])
 def test_degenerate_small_epsilon_is_refused_by_the_shared_rule(name, epsilon):
     """Once: RAPPOR and OUE accepted 1e-14, then `raw` returned ±inf and `normalize` NaN."""
@@ -34,7 +40,7 @@ def test_degenerate_small_epsilon_is_refused_by_the_shared_rule(name, epsilon):
     assert "0.000000000" not in message
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", PRIVATE)
 @pytest.mark.parametrize("epsilon", [709.9, 743.0, 1e300])
 def test_overflowing_epsilon_is_refused_as_too_large(name, epsilon):
     with pytest.raises(ValueError, match="too large") as info:
@@ -42,7 +48,17 @@ def test_overflowing_epsilon_is_refused_as_too_large(name, epsilon):
     assert "too small" not in str(info.value)
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", NOT_PRIVATE)
+def test_a_mechanism_without_epsilon_refuses_one(name):
+    mech = build(name, 10, 1.0)
+    assert not hasattr(mech, "epsilon") and not hasattr(mech, "realized_epsilon")
+    spec = mech.to_dict()
+    for epsilon in (1e-14, 1.0, 700.0):
+        with pytest.raises(ValueError, match="invalid parameters"):
+            from_dict({**spec, "epsilon": epsilon})
+
+
+@pytest.mark.parametrize("name", PRIVATE)
 def test_every_accepted_epsilon_is_realized_within_the_tolerance_and_never_above(name):
     """The shared rule over a grid from 1e-9 to 700: each epsilon is either refused with the
     rule's message, or realized in [ε(1 − tol), ε]; and every estimate of an accepted
@@ -97,7 +113,8 @@ def test_messages_say_what_is_wrong():
 def test_big_endian_reports_count_like_native_ones(name):
     """Once: big-endian unsigned reports were rejected as 'not unsigned integers'."""
     mech = build(name, 20, 1.0)
-    reports = mech.privatize(np.arange(20).repeat(3), seed=2)
+    values = np.arange(20).repeat(3)
+    reports = mech.privatize(values, seed=2) if mech.randomized else mech.privatize(values)
     if reports.ndim == 1:
         swapped = reports.astype(reports.dtype.newbyteorder(">"))
         if reports.dtype.itemsize > 1:

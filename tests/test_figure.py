@@ -137,20 +137,22 @@ def test_cp_sparsity_is_shown(name, reproduced):
     figure, rows = reproduced(name)
     sparsity = {}
     for r in rows:
-        if r["mechanism"] == "CP":
+        if r["mechanism"] == "CP" and not r["decoder"].endswith("/auto"):
             sparsity.setdefault(r["distribution"], set()).add(r["sparsity"])
     assert sparsity["Unif(10)"] == {10} and sparsity["Unif(25)"] == {25}
     for ax in panels(figure):
         distribution = ax.get_title().split(":")[0]
         (s,) = sparsity[distribution]
-        cp = [line for line in data_lines(ax) if line.get_label().startswith("CP ")]
+        cp = [line for line in data_lines(ax) if line.get_label().startswith("CP ")
+              and "/auto" not in line.get_label()]
         assert cp and all(f"s = {s}" in line.get_label() for line in cp)
         assert f"s = {s}" in ax.get_title()
-    cp_entries = [text for text in legend_texts(figure) if text.startswith("CP ")]
+    cp_entries = [text for text in legend_texts(figure)
+                  if text.startswith("CP ") and "/auto" not in text]
     assert cp_entries and all("s " in text or "s = " in text for text in cp_entries)
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.x == "n"))
 def test_line_and_band_are_what_the_legend_says(name, reproduced):
     figure, rows = reproduced(name)
     texts = legend_texts(figure)
@@ -213,3 +215,27 @@ def test_csv_without_sparsity_column_still_reads(tmp_path):
                          if key in columns})
     (row,) = read_csv(path)
     assert row["sparsity"] == "" and row["l1"] == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if p.x == "support"))
+def test_support_presets_plot_mean_tv_against_the_support(name, reproduced):
+    figure, rows = reproduced(name)
+    values = defaultdict(list)
+    for r in rows:
+        values[(r["epsilon"], f"{r['mechanism']} ({r['decoder']})", r["support"])].append(
+            r["l1"] / 2)
+    epsilons = sorted({r["epsilon"] for r in rows}, key=str)
+    axes = panels(figure)
+    assert len(axes) == len(epsilons)
+    checked = 0
+    for ax in axes:
+        assert ax.get_xlabel() == "support size s of p"
+        assert ax is not axes[0] or ax.get_ylabel() == "total variation distance"
+        title = ax.get_title()
+        epsilon = next((e for e in epsilons if e != "" and f"ε = {e:g}" in title), "")
+        for line in data_lines(ax):
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                runs = values[(epsilon, series_key(line), int(x))]
+                assert len(runs) == RUNS and y == pytest.approx(np.mean(runs), rel=1e-12)
+                checked += 1
+    assert checked == len(values)

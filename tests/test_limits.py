@@ -64,6 +64,11 @@ CASES = {
     "obhr-k2^30-privatize-groups":
         "m = ldpdist.OneBitHadamardResponse(2**30, 1.0); "
         "outcome(lambda: m.privatize([1, 2], groups=[2**31 - 1, 0], seed=1))",
+    "pch-k2^32-aggregator":
+        "m = ldpdist.PublicCoinHashing(2**32, 3, seed=1); outcome(lambda: m.aggregator())",
+    "pch-k2^31-estimate-one-report":
+        "m = ldpdist.PublicCoinHashing(2**31, 3, seed=1); "
+        "outcome(lambda: m.estimate(m.privatize([5]), 'two_stage', sparsity=3))",
     "olh-channel-products-k2^23":
         "m = ldpdist.OptimizedLocalHashing(2**23, 1.0); "
         "outcome(lambda: m.estimate(m.privatize(np.arange(10), seed=1), 'ibu', max_iter=1))",
@@ -139,6 +144,9 @@ INTERRUPTIBLE = {
                          "r = m.privatize(np.arange(10), seed=1); go(lambda: m.estimate(r, 'ibu'))",
     "sign-matrix": "from ldpdist import kernels; go(lambda: kernels.SignMatrix(1, 4096, 2**22, 'balanced'))",
     "rust-loop": "go(lambda: ldpdist._core._interruptible_sleep_for_tests(60))",
+    "aggregate-public-coin-hashing": "m = ldpdist.PublicCoinHashing(100_000, 3, seed=1); "
+                                     "r = m.privatize(np.zeros(2_000_000, np.uint32)); "
+                                     "go(lambda: [m.aggregator().add(r) for _ in range(20)])",
 }
 
 CTRL_C_PRELUDE = """

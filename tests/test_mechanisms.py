@@ -22,12 +22,38 @@ from simulation_law import assert_simulate_is_exact_in_law
 # estimator with its own parameters) has its own suite: tests/test_compressive.py.
 MECHANISMS = [_REGISTRY[name] for name in sorted(_REGISTRY) if name != "CompressivePrivatization"]
 IDS = [cls.__name__ for cls in MECHANISMS]
+# Mechanisms without an ε (``cls.private`` is False: public-coin hashing, communication-limited
+# only) opt out of the privacy checks explicitly; everything else applies to them.
+PRIVATE = [cls for cls in MECHANISMS if cls.private]
+NOT_PRIVATE = [cls for cls in MECHANISMS if not cls.private]
 KS = [2, 3, 7, 16, 100]
 EPSILONS = [0.1, 0.5, 1.0, 2.0, 5.0]
 
+# A non-private mechanism has no ε: the suite's ε picks its message length instead, so that
+# different ε still give different specs (and ε = 1 at k = 2^20 a channel too large to write).
+NOT_PRIVATE_BITS = {0.1: 1, 0.5: 2, 0.7: 3, 0.8: 3, 1.0: 5, 1.5: 4, 2.0: 3, 5.0: 8}
+
 
 def make(cls, k, epsilon):
+    if not cls.private:
+        return cls(k=k, bits=NOT_PRIVATE_BITS[epsilon], seed=17)
     return cls(k=k, epsilon=epsilon)
+
+
+def privatize(mech, values, seed):
+    """``mech.privatize`` with a seed; a mechanism without client randomness
+    (``randomized`` False: reports are a function of the value and a public user index) takes
+    none, and its independent runs use disjoint user indices instead."""
+    if mech.randomized:
+        return mech.privatize(values, seed=seed)
+    return mech.privatize(values, first_user=seed * 2**32)
+
+
+def statistic(mech, counts):
+    """The aggregate as the linear maps (``_expected_frequencies``) describe it: the
+    aggregate itself, or (public-coin hashing) its pooled stages."""
+    pooled = getattr(mech, "_linear_statistic", None)
+    return pooled(counts) if pooled is not None else counts
 
 
 def dirichlet(k, seed, alpha=1.0):
@@ -42,7 +68,7 @@ def sample_values(p, n, seed):
 # Privacy: the channel actually used
 
 
-@pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
+@pytest.mark.parametrize("cls", PRIVATE, ids=[cls.__name__ for cls in PRIVATE])
 @pytest.mark.parametrize("k", KS)
 @pytest.mark.parametrize("epsilon", EPSILONS)
 def test_channel_is_epsilon_ldp_and_realized_epsilon_is_exact(cls, k, epsilon):
@@ -62,6 +88,22 @@ def test_channel_is_epsilon_ldp_and_realized_epsilon_is_exact(cls, k, epsilon):
     ratio = np.log(Q[:, used].max(axis=0) / Q[:, used].min(axis=0)).max()
     assert ratio <= epsilon + 1e-12
     assert ratio == pytest.approx(realized, abs=1e-9)
+
+
+@pytest.mark.parametrize("cls", NOT_PRIVATE, ids=[cls.__name__ for cls in NOT_PRIVATE])
+def test_a_mechanism_that_is_not_private_has_no_epsilon(cls):
+    """The explicit opt-out of the privacy checks above: no ε anywhere, and a docstring that
+    says the reports are not private."""
+    mech = make(cls, 10, 1.0)
+    assert not hasattr(mech, "epsilon") and not hasattr(mech, "realized_epsilon")
+    assert "epsilon" not in mech.to_dict()
+    assert "NOT private" in cls.__doc__
+    params = {key: value for key, value in mech.to_dict().items()
+              if key not in ("mechanism", "format")}
+    with pytest.raises(TypeError):
+        cls(**params, epsilon=1.0)
+    with pytest.raises(ValueError, match="invalid parameters"):
+        ldpdist.from_dict({**mech.to_dict(), "epsilon": 1.0})
 
 
 # ------------------------------------------------------------------------------------------
@@ -84,8 +126,23 @@ def test_empirical_reports_follow_the_channel(cls):
     k, epsilon, draws = 4, 1.0, 60_000
     mech = make(cls, k, epsilon)
     for x in (0, k - 1):
-        reports = mech.privatize(np.full(draws, x), seed=100 + x)
-        if mech.report_kind == "index":
+        reports = privatize(mech, np.full(draws, x), seed=100 + x)
+        if mech.report_kind == "hashed":
+            # Public-coin hashing: report = (user << bits) | h_user(x). Averaged over the
+            # public coin every message has probability 2^-bits (the family is strongly
+            # universal), and the message is the user's hash of x.
+            bits = mech.bits
+            users = reports >> np.uint64(bits)
+            assert np.array_equal(users, np.arange(draws, dtype=np.uint64) + np.uint64(
+                (100 + x) * 2**32))
+            messages = (reports & np.uint64(2**bits - 1)).astype(np.int64)
+            observed = np.bincount(messages, minlength=2**bits)
+            expected = draws / 2**bits
+            chi2 = ((observed - expected) ** 2 / expected).sum()
+            assert chi2 < chi2_critical_999(2**bits - 1), f"x = {x}: chi2 = {chi2:.1f}"
+            for user in users[:20]:
+                assert mech.hashes(int(user), [x])[0] == messages[int(user - users[0])]
+        elif mech.report_kind == "index":
             Q = mech.channel_matrix()
             observed = np.bincount(reports.astype(np.int64), minlength=Q.shape[1])
             expected = draws * Q[x]
@@ -126,7 +183,7 @@ def test_raw_estimator_is_unbiased_on_exact_expectations(cls, k, epsilon):
 def test_expected_frequencies_and_channel_apply_are_adjoint(cls):
     mech = make(cls, 7, 1.5)
     p = dirichlet(7, seed=3)
-    w = np.random.default_rng(4).standard_normal(mech._statistic_size)
+    w = np.random.default_rng(4).standard_normal(mech._expected_frequencies(p).size)
     lhs = mech._expected_frequencies(p) @ w
     rhs = p @ mech._channel_apply(w)
     assert lhs == pytest.approx(rhs, rel=1e-12, abs=1e-12)
@@ -142,8 +199,10 @@ def test_simulate_matches_privatize_in_mean_and_variance(cls):
     mech = make(cls, k, epsilon)
     true_counts = np.array([400, 0, 250, 100, 50])
     values = np.repeat(np.arange(k), true_counts)
-    simulated = np.array([mech.simulate(true_counts, seed=s).counts for s in range(runs)], float)
-    direct = np.array([mech.aggregator().add(mech.privatize(values, seed=1000 + s)).counts
+    simulated = np.array([statistic(mech, mech.simulate(true_counts, seed=s).counts)
+                          for s in range(runs)], float)
+    direct = np.array([statistic(mech, mech.aggregator().add(privatize(mech, values,
+                                                                         seed=1000 + s)).counts)
                        for s in range(runs)], float)
     expected_mean = true_counts.sum() * mech._expected_frequencies(true_counts / true_counts.sum())
     for sample in (simulated, direct):
@@ -283,7 +342,7 @@ def test_ibu_increases_the_likelihood_monotonically_and_converges(cls):
 def test_merged_shards_equal_one_aggregator_and_bytes_round_trip(cls):
     mech = make(cls, 30, 1.0)
     values = sample_values(dirichlet(30, seed=1), 9_000, seed=2)
-    reports = mech.privatize(values, seed=3)
+    reports = privatize(mech, values, seed=3)
     whole = mech.aggregator().add(reports)
     shards = [mech.aggregator().add(part) for part in np.array_split(reports, 4)]
     merged = shards[0]
@@ -319,8 +378,12 @@ def test_spec_round_trips_through_json(cls):
 def test_reference_code_aliases(cls):
     mech = make(cls, 8, 1.0)
     values = sample_values(dirichlet(8, seed=1), 2_000, seed=2)
-    reports = mech.encode_string(values, seed=5)
-    np.testing.assert_array_equal(reports, mech.privatize(values, seed=5))
+    if mech.randomized:
+        reports = mech.encode_string(values, seed=5)
+        np.testing.assert_array_equal(reports, mech.privatize(values, seed=5))
+    else:
+        reports = mech.encode_string(values)
+        np.testing.assert_array_equal(reports, mech.privatize(values))
     np.testing.assert_allclose(mech.decode_string(reports, normalization=0),
                                mech.estimate(reports, decoder="normalize"))
     np.testing.assert_allclose(mech.decode_string(reports, normalization=1),
@@ -331,11 +394,13 @@ def test_reference_code_aliases(cls):
 
 @pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
 def test_seeded_privatize_is_thread_count_independent(cls):
+    mech = make(cls, 300, 1.0)
+    call = "m.privatize(v, seed=77)" if mech.randomized else "m.privatize(v, first_user=77)"
     code = (
         "import hashlib, numpy as np, ldpdist\n"
-        f"m = ldpdist.{cls.__name__}(k=300, epsilon=1.0)\n"
+        f"m = ldpdist.from_dict({mech.to_dict()!r})\n"
         "v = np.arange(200_000) % 300\n"
-        "print(hashlib.sha256(m.privatize(v, seed=77).tobytes()).hexdigest())\n"
+        f"print(hashlib.sha256({call}.tobytes()).hexdigest())\n"
     )
     digests = set()
     for threads in ("1", "2"):
@@ -344,9 +409,11 @@ def test_seeded_privatize_is_thread_count_independent(cls):
                              text=True, check=True)
         digests.add(out.stdout.strip())
     assert len(digests) == 1
-    mech = make(cls, 300, 1.0)
     v = np.arange(1000) % 300
-    assert not np.array_equal(mech.privatize(v), mech.privatize(v))  # OS entropy by default
+    if mech.randomized:
+        assert not np.array_equal(mech.privatize(v), mech.privatize(v))  # OS entropy by default
+    else:  # no client randomness: the same users give the same reports
+        assert np.array_equal(mech.privatize(v), mech.privatize(v))
 
 
 # ------------------------------------------------------------------------------------------
@@ -355,11 +422,12 @@ def test_seeded_privatize_is_thread_count_independent(cls):
 
 @pytest.mark.parametrize("cls", MECHANISMS, ids=IDS)
 def test_bad_parameters(cls):
-    for epsilon in (0, -1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="epsilon"):
-            make(cls, 10, epsilon)
-    with pytest.raises(TypeError):
-        make(cls, 10, "1.0")
+    if cls.private:  # (a mechanism without ε: tests/test_<its module>.py)
+        for epsilon in (0, -1, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match="epsilon"):
+                make(cls, 10, epsilon)
+        with pytest.raises(TypeError):
+            make(cls, 10, "1.0")
     with pytest.raises(ValueError, match="k"):
         make(cls, 1, 1.0)
     with pytest.raises(TypeError):
@@ -416,10 +484,14 @@ def test_malformed_index_reports_are_rejected_or_dropped(cls):
 def test_requests_too_large_for_memory_fail_before_allocating(cls):
     mech = make(cls, 2**20, 1.0)
     with pytest.raises(ValueError, match="max_entries"):
-        mech.channel_matrix()
+        mech.channel_matrix(**({} if mech.private else {"user": 0}))
     if cls.report_kind == "bits":
         # Packed reports take k/8 bytes per user: 10^6 users at k = 2^40 need 1.4 * 10^17
         # bytes; refused before anything is allocated.
         wide = make(cls, 2**32, 1.0)
         with pytest.raises(MemoryError, match="needs .* more than the memory budget"):
             wide.privatize(np.zeros(1_000_000, dtype=np.uint32))
+    if cls.report_kind == "hashed":
+        # 2k + 1 counts: 64 GiB at k = 2^32, refused before anything is allocated.
+        with pytest.raises(MemoryError, match="needs .* more than the memory budget"):
+            make(cls, 2**32, 1.0).aggregator()

@@ -10,6 +10,8 @@ RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedL
 SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed),
 OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
 (Algorithm 2 of the sparse-estimation paper)
+and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
+private)
 
 Modules
 -------
@@ -42,6 +44,7 @@ from .mechanisms import (
     OneBitHadamardResponse,
     OptimizedLocalHashing,
     OptimizedUnaryEncoding,
+    PublicCoinHashing,
     RAPPOR,
     RandomizedResponse,
     SubsetSelection,
@@ -72,6 +75,7 @@ __all__ = [
     "OneBitHadamardResponse",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
+    "PublicCoinHashing",
     "RAPPOR",
     "RandomizedResponse",
     "SubsetSelection",

@@ -24,7 +24,8 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     distribution. For index-valued mechanisms the reports are multinomial and this is exact
     maximum likelihood. For bit-vector mechanisms the aggregate is a vector of per-bit counts;
     the update is the EM of the model in which each bit count is Poisson with mean
-    ``n * P(bit = 1 | p)`` (Richardson–Lucy), normalized at the end.
+    ``n * P(bit = 1 | p)`` (Richardson–Lucy), normalized at the end; public-coin hashing
+    uses the same model for its pooled counts ``M + N`` (``mechanism._linear_statistic``).
 """
 
 from __future__ import annotations
@@ -143,6 +144,11 @@ def iterative_bayesian_update(mechanism: "Mechanism", counts: np.ndarray, n: int
     """
     max_iter = integer(max_iter, "max_iter", minimum=1)
     tol = real(tol, "tol")
+    # A mechanism whose aggregate is not the statistic its channel products describe maps it
+    # first (public-coin hashing pools its two stages' counts).
+    linear_statistic = getattr(mechanism, "_linear_statistic", None)
+    if linear_statistic is not None:
+        counts = linear_statistic(counts)
     k = mechanism.k
     size = np.asarray(counts).size
     # About ten work vectors of each size live at once (iterates, expectations, ratios).

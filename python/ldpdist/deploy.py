@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import functools
 import io
+import inspect
 import json
 import os
 import pickle
@@ -55,13 +56,15 @@ NPY_MAGIC = b"\x93NUMPY"
 # Optional parameters of `ldpdist spec` -> mechanisms that take them.
 _SPEC_OPTIONS = {
     "m": ("CompressivePrivatization",),
-    "seed": ("CompressivePrivatization", "OptimizedLocalHashing"),
+    "seed": ("CompressivePrivatization", "OptimizedLocalHashing", "PublicCoinHashing"),
+    "bits": ("PublicCoinHashing",),
     "matrix": ("CompressivePrivatization",),
     "regime": ("CompressivePrivatization",),
     "blocks": ("HadamardResponse",),
     "d": ("SubsetSelection",),
 }
-_REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed")}
+_REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
+                     "PublicCoinHashing": ("bits", "seed")}
 _STDOUT = "-"
 
 
@@ -354,7 +357,14 @@ def _dropped_note(dropped: int) -> str:
 @_command
 def cmd_spec(args: argparse.Namespace) -> int:
     name = mechanism_class(args.mechanism)
-    kwargs: Dict[str, Any] = {"k": args.k, "epsilon": args.epsilon}
+    kwargs: Dict[str, Any] = {"k": args.k}
+    if registered()[name].private:
+        if args.epsilon is None:
+            raise CliError(f"{name} needs --epsilon")
+        kwargs["epsilon"] = args.epsilon
+    elif args.epsilon is not None:
+        raise CliError(f"--epsilon does not apply to {name}: it is not a private mechanism "
+                       "(its reports are not randomized; it only limits communication)")
     for option, takers in _SPEC_OPTIONS.items():
         value = getattr(args, option)
         if value is None:
@@ -379,14 +389,23 @@ def cmd_spec(args: argparse.Namespace) -> int:
 def cmd_privatize(args: argparse.Namespace) -> int:
     output = _binary_output(args.output, "privatize")
     mech = load_spec(args.spec)
+    numbered = "first_user" in inspect.signature(mech.privatize).parameters
+    if args.first_user is not None and not numbered:
+        raise CliError("--first-user applies only to mechanisms that number their users "
+                       f"(obhr, tsrappor, pch), not {mech!r}")
+    if not mech.randomized and args.seed is not None:
+        raise CliError(f"--seed does not apply to {type(mech).__name__}: its reports are "
+                       "deterministic given the spec's public seed and the user indices; "
+                       "assign the indices with --first-user")
     values = load_values(args.values, mech.k)
     options: Dict[str, Any] = {}
     if args.first_user is not None:
-        if not hasattr(mech, "num_groups"):
-            raise CliError(f"--first-user applies only to OneBitHadamardResponse, not {mech!r}")
         options["first_user"] = args.first_user
     try:
-        reports = mech.privatize(values, seed=args.seed, **options)
+        if mech.randomized:
+            reports = mech.privatize(values, seed=args.seed, **options)
+        else:
+            reports = mech.privatize(values, **options)
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
     try:
@@ -455,9 +474,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("mechanism", metavar="MECHANISM",
                    help=f"short name or class name, case-insensitive ({names})")
     p.add_argument("--k", type=int, required=True, help="number of possible values (>= 2)")
-    p.add_argument("--epsilon", type=float, required=True, help="privacy parameter (> 0)")
+    p.add_argument("--epsilon", type=float,
+                   help="privacy parameter (> 0); required, except for pch (not private)")
     p.add_argument("--m", type=int, help="cp: number of possible reports (required)")
-    p.add_argument("--seed", type=int, help="cp (required) / olh: public seed of the mechanism")
+    p.add_argument("--seed", type=int,
+                   help="cp, pch (required) / olh: public seed of the mechanism")
+    p.add_argument("--bits", type=int, help="pch: bits per message ℓ, 1 to 31 (required)")
     p.add_argument("--matrix", choices=MATRIX_KINDS, help="cp: sign matrix kind")
     p.add_argument("--regime", choices=REGIMES, help="cp: privacy regime")
     p.add_argument("--blocks", type=int, help="hr: number of blocks B")
@@ -473,10 +495,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--spec", required=True, metavar="SPEC", help="spec JSON (ldpdist spec)")
     p.add_argument("values", metavar="VALUES", help="values file (.npy, or one integer per line)")
     p.add_argument("--seed", type=int, default=None,
-                   help="seed for reproducible reports (default: OS entropy)")
+                   help="seed for reproducible reports (default: OS entropy); not for pch, "
+                        "whose reports are deterministic")
     p.add_argument("--first-user", type=int, default=None, metavar="N",
-                   help="obhr: user number of the first value (value i is in group "
-                        "(N + i) mod K; default 0): continue the round-robin across batches")
+                   help="user number of the first value (default 0), for the mechanisms that "
+                        "assign users by number: obhr (group (N + i) mod K), tsrappor (stage by "
+                        "parity), pch (public index N + i: every user of a deployment needs a "
+                        "distinct one); continues the assignment across batch files")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="reports file to write (it carries the spec's fingerprint)")
     p.set_defaults(handler=cmd_privatize)

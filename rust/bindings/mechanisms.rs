@@ -7,11 +7,14 @@ use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, Matr
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
 use crate::mechanisms::one_bit_hadamard::{Groups, OneBitHadamardResponse};
+use crate::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
 use crate::mechanisms::randomized_response::RandomizedResponse;
 use crate::mechanisms::subset_selection::{self, SubsetSelection};
 use crate::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
 use crate::mechanisms::unary_encoding::{OptimizedUnaryEncoding, Rappor};
-use crate::mechanisms::{self, BitMechanism, Estimator, IndexMechanism, ReportInt, Tally};
+use crate::mechanisms::{
+    self, BitMechanism, Estimator, IndexMechanism, Operation, ReportInt, Tally,
+};
 use numpy::ndarray::Array2;
 use numpy::{
     IntoPyArray, PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2,
@@ -19,6 +22,7 @@ use numpy::{
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use rayon::prelude::*;
 
 /// Default bound on channel-matrix entries (2^24 floats = 128 MiB).
 const MAX_CHANNEL_ENTRIES: u64 = 1 << 24;
@@ -827,5 +831,237 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRappor>()?;
     m.add_class::<PyTwoStageRappor>()?;
     m.add_class::<PyOptimizedUnaryEncoding>()?;
+    m.add_class::<PyPublicCoinHashing>()?;
     Ok(())
+}
+
+// -- public-coin hashing: not an ε-LDP channel, so not through `mechanism_class!` ------------
+
+/// ℓ-bit public-coin hashing (`mechanisms::public_coin_hashing`): no ε, no channel matrix;
+/// reports are u64 `(i << ℓ) | h_i(x)` and the aggregate has `2k + 1` counts.
+#[pyclass(module = "ldpdist._core", name = "PublicCoinHashing", frozen)]
+pub struct PyPublicCoinHashing {
+    inner: PublicCoinHashing,
+}
+
+impl PyPublicCoinHashing {
+    fn work(&self, items: usize) -> u64 {
+        (items as u64).saturating_mul(self.inner.k())
+    }
+}
+
+#[pymethods]
+impl PyPublicCoinHashing {
+    #[new]
+    fn new(k: u64, bits: u32, key: &[u8]) -> PyResult<Self> {
+        let key = key_from(Some(key)).map_err(to_py)?;
+        Ok(Self {
+            inner: PublicCoinHashing::new(k, bits, key).map_err(to_py)?,
+        })
+    }
+
+    #[getter]
+    fn k(&self) -> u64 {
+        self.inner.k()
+    }
+    #[getter]
+    fn bits(&self) -> u32 {
+        self.inner.bits()
+    }
+    /// Distinct messages, `2^bits`.
+    #[getter]
+    fn output_size(&self) -> u64 {
+        self.inner.messages()
+    }
+    /// Length of the aggregate, `2k + 1`.
+    #[getter]
+    fn statistic_size(&self) -> u64 {
+        self.inner.statistic_size()
+    }
+    /// User indices lie in `[0, max_users)`, `max_users = 2^(64 − bits)`.
+    #[getter]
+    fn max_users(&self) -> u64 {
+        self.inner.max_users()
+    }
+
+    /// Reports of `values` for users `first_user + position`, or `users[position]`.
+    #[pyo3(signature = (values, first_user, users=None))]
+    fn privatize<'py>(
+        &self,
+        py: Python<'py>,
+        values: PyReadonlyArray1<'py, u32>,
+        first_user: u64,
+        users: Option<PyReadonlyArray1<'py, u64>>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let values = slice(&values, "values")?;
+        let listed = match &users {
+            Some(u) => Some(slice(u, "users")?),
+            None => None,
+        };
+        let who = match listed {
+            Some(list) => Users::Listed(list),
+            None => Users::From(first_user),
+        };
+        let units = (values.len() as u64).saturating_mul(256);
+        let reports = run_long(py, units, || {
+            let mut out = crate::memory::zeroed_vec::<u64>(values.len(), "the reports")?;
+            self.inner.privatize(values, who, &mut out)?;
+            Ok(out)
+        })?;
+        Ok(reports.into_pyarray(py))
+    }
+
+    /// `h_user(x)` for every x of `values`.
+    fn hashes<'py>(
+        &self,
+        py: Python<'py>,
+        user: u64,
+        values: PyReadonlyArray1<'py, u32>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let values = slice(&values, "values")?;
+        let out = run(py, || {
+            let mut out = crate::memory::zeroed_vec::<u64>(values.len(), "the hashes")?;
+            self.inner.hashes(user, values, &mut out)?;
+            Ok(out)
+        })?;
+        Ok(out.into_pyarray(py))
+    }
+
+    /// `(a, b)` of each user (the hash `((a·x + b) mod 2^64) >> (64 − bits)`).
+    #[allow(clippy::type_complexity)]
+    fn hash_parameters<'py>(
+        &self,
+        py: Python<'py>,
+        users: PyReadonlyArray1<'py, u64>,
+    ) -> PyResult<(Bound<'py, PyArray1<u64>>, Bound<'py, PyArray1<u64>>)> {
+        let users = slice(&users, "users")?;
+        let units = (users.len() as u64).saturating_mul(256);
+        let (a, b) = run_long(py, units, || {
+            let mut a = crate::memory::zeroed_vec::<u64>(users.len(), "the multipliers")?;
+            let mut b = crate::memory::zeroed_vec::<u64>(users.len(), "the offsets")?;
+            a.par_chunks_mut(1 << 12)
+                .zip(b.par_chunks_mut(1 << 12))
+                .zip(users.par_chunks(1 << 12))
+                .try_for_each(|((a, b), users)| {
+                    crate::interrupt::check()?;
+                    self.inner.hash_parameters_into(users, a, b);
+                    Ok::<(), crate::error::Error>(())
+                })?;
+            Ok((a, b))
+        })?;
+        Ok((a.into_pyarray(py), b.into_pyarray(py)))
+    }
+
+    /// Add the statistic of `reports` (uint64) to `counts`; every u64 is a report, so
+    /// `(n, 0, None)` (the signature of the other mechanisms' `aggregate`).
+    fn aggregate(
+        &self,
+        py: Python<'_>,
+        reports: PyReadonlyArray1<'_, u64>,
+        mut counts: PyReadwriteArray1<'_, u64>,
+        drop_invalid: bool,
+    ) -> PyResult<TallyTuple> {
+        let _ = drop_invalid;
+        let counts = counts_slice(&mut counts)?;
+        check_length(counts.len(), self.inner.statistic_size())?;
+        let reports = slice(&reports, "reports")?;
+        run_long(py, self.work(reports.len()), || {
+            self.inner.aggregate(reports, counts)
+        })?;
+        Ok((reports.len() as u64, 0, None))
+    }
+
+    #[pyo3(signature = (true_counts, key))]
+    fn simulate<'py>(
+        &self,
+        py: Python<'py>,
+        true_counts: PyReadonlyArray1<'py, u64>,
+        key: Option<&[u8]>,
+    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let true_counts = slice(&true_counts, "true_counts")?;
+        let key = key_from(key).map_err(to_py)?;
+        Ok(run_long(py, u64::MAX, || self.inner.simulate(&key, true_counts))?.into_pyarray(py))
+    }
+
+    fn estimate_raw<'py>(
+        &self,
+        py: Python<'py>,
+        counts: PyReadonlyArray1<'py, u64>,
+        n: u64,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let counts = slice(&counts, "counts")?;
+        check_length(counts.len(), self.inner.statistic_size())?;
+        let inner = &self.inner;
+        Ok(run_long(py, inner.k().saturating_mul(16), || {
+            inner.footprint(Operation::Estimate).check()?;
+            inner.estimate_raw(counts, n)
+        })?
+        .into_pyarray(py))
+    }
+
+    /// The two-stage estimate of eq. (14) (`sparsity` = s; the top `min(2s, k)` values).
+    fn two_stage_estimate<'py>(
+        &self,
+        py: Python<'py>,
+        counts: PyReadonlyArray1<'py, u64>,
+        n: u64,
+        sparsity: u64,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let counts = slice(&counts, "counts")?;
+        check_length(counts.len(), self.inner.statistic_size())?;
+        let inner = &self.inner;
+        Ok(run_long(py, inner.k().saturating_mul(64), || {
+            inner.two_stage_estimate(counts, n, sparsity)
+        })?
+        .into_pyarray(py))
+    }
+
+    /// The unbiased estimate from expected pooled frequencies (length k).
+    fn estimate_from_frequencies<'py>(
+        &self,
+        py: Python<'py>,
+        freq: PyReadonlyArray1<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let freq = slice(&freq, "freq")?;
+        check_length(freq.len(), self.inner.k())?;
+        self.linear(py, |m| m.estimate_from_frequencies(freq))
+    }
+
+    /// Expected pooled frequencies `E[(M + N)(x)]/n` of a distribution (length k).
+    fn expected_frequencies<'py>(
+        &self,
+        py: Python<'py>,
+        dist: PyReadonlyArray1<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let dist = slice(&dist, "dist")?;
+        check_length(dist.len(), self.inner.k())?;
+        self.linear(py, |m| m.expected_frequencies(dist))
+    }
+
+    /// The adjoint of `expected_frequencies` (length k).
+    fn channel_apply<'py>(
+        &self,
+        py: Python<'py>,
+        w: PyReadonlyArray1<'py, f64>,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let w = slice(&w, "w")?;
+        check_length(w.len(), self.inner.k())?;
+        self.linear(py, |m| m.channel_apply(w))
+    }
+}
+
+impl PyPublicCoinHashing {
+    /// A k-vector map after the memory guard, without the GIL.
+    fn linear<'py>(
+        &self,
+        py: Python<'py>,
+        map: impl FnOnce(&PublicCoinHashing) -> Vec<f64> + Send,
+    ) -> PyResult<Bound<'py, PyArray1<f64>>> {
+        let inner = &self.inner;
+        Ok(run(py, || {
+            inner.footprint(Operation::ChannelProduct).check()?;
+            Ok(map(inner))
+        })?
+        .into_pyarray(py))
+    }
 }

@@ -55,6 +55,7 @@ pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
 pub mod one_bit_hadamard;
+pub mod public_coin_hashing;
 pub mod randomized_response;
 pub mod subset_selection;
 pub mod two_stage_rappor;

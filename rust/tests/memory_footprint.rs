@@ -10,6 +10,7 @@ use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Reg
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
+use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::subset_selection::SubsetSelection;
 use ldpdist::mechanisms::two_stage_rappor::TwoStageRappor;
@@ -165,6 +166,7 @@ fn declared_footprints_cover_the_allocations() {
         }
     }
     failures.extend(aggregation_failures());
+    failures.extend(public_coin_hashing_failures());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -222,6 +224,52 @@ fn aggregation_failures() -> Vec<String> {
                 "two-stage estimate of {k} values: {used} > {}",
                 8 * k
             ));
+        }
+    }
+    failures
+}
+
+/// Public-coin hashing is not an `Estimator` (no ε): its operations and their footprints one
+/// by one (aggregation over several user blocks, both estimates, the linear maps, simulate).
+fn public_coin_hashing_failures() -> Vec<String> {
+    let mut failures = Vec::new();
+    for k in [1000u64, 1 << 16] {
+        let m = PublicCoinHashing::new(k, 3, key_from_u64(5)).unwrap();
+        let n = 40_000usize;
+        let values: Vec<u32> = (0..n as u64).map(|i| (i % k) as u32).collect();
+        let mut reports = vec![0u64; n];
+        m.privatize(&values, Users::From(0), &mut reports).unwrap();
+        let mut counts = vec![0u64; 2 * k as usize + 1];
+        let mut cases: Vec<(&str, usize, u128)> = Vec::new();
+        let used = peak_growth(|| m.aggregate(&reports, &mut counts).unwrap());
+        cases.push(("aggregate", used, m.aggregation_footprint(n as u64).bytes()));
+        let n_all = 2 * n as u64; // peak_growth aggregated the reports twice
+        let estimate = m.footprint(Operation::Estimate).bytes();
+        let used = peak_growth(|| m.estimate_raw(&counts, n_all).unwrap());
+        cases.push(("estimate_raw", used, estimate));
+        let used = peak_growth(|| m.two_stage_estimate(&counts, n_all, 10).unwrap());
+        cases.push(("two_stage_estimate", used, estimate));
+        let dist = vec![1.0 / k as f64; k as usize];
+        let product = m.footprint(Operation::ChannelProduct).bytes();
+        let used = peak_growth(|| m.expected_frequencies(&dist));
+        cases.push(("expected_frequencies", used, product));
+        let used = peak_growth(|| m.channel_apply(&dist));
+        cases.push(("channel_apply", used, product));
+        let true_counts = vec![7u64; k as usize];
+        let users = 7 * k;
+        let used = peak_growth(|| m.simulate(&key_from_u64(1), &true_counts).unwrap());
+        cases.push((
+            "simulate",
+            used,
+            m.footprint(Operation::Simulate { users }).bytes(),
+        ));
+        for (what, used, declared) in cases {
+            if used > declared as usize + SLACK {
+                failures.push(format!(
+                    "PublicCoinHashing: {what} allocated {used} bytes at its peak, but its \
+                     footprint declares {declared} (k = {k})"
+                ));
+            }
         }
     }
     failures

@@ -9,10 +9,11 @@ import sys
 import time
 from typing import Any, List
 
-from ..decoders import ALL_DECODERS
+from ..decoders import ALL_DECODERS, SPARSE_DECODERS
+from ..mechanisms import SHORT_NAMES
 from ..errors import CliError
 from .distributions import parse_distribution
-from .grid import Interrupted, Point, make_points, mechanism_key, run_grid
+from .grid import Interrupted, Point, make_points, mechanism_key, run_grid, split_decoder
 from .plotting import _METRIC_LABEL, plot
 from .presets import PRESETS
 from .results import write_csv
@@ -112,10 +113,21 @@ def _simulate(args: argparse.Namespace) -> int:
     mechanisms = [mechanism_key(name) for name in _split(args.mechanism)]
     decoders = _split(args.decoder)
     for decoder in decoders:
-        if decoder not in ALL_DECODERS:
+        if split_decoder(decoder)[0] not in ALL_DECODERS:
             raise CliError(f"unknown decoder {decoder!r} (known: {', '.join(ALL_DECODERS)})")
-    if "cp" in mechanisms and "ibu" in decoders:
-        raise CliError("decoder 'ibu' is not available for cp")
+    import ldpdist
+
+    classes = {name: getattr(ldpdist, SHORT_NAMES[name]) for name in mechanisms}
+    for name, cls in classes.items():
+        missing = [d for d in decoders if split_decoder(d)[0] not in cls.decoders]
+        if missing:
+            raise CliError(f"decoder {missing[0]!r} is not available for {name} (it has: "
+                           f"{', '.join(cls.decoders)})")
+    private = [name for name, cls in classes.items() if cls.private]
+    public = [name for name, cls in classes.items() if not cls.private]
+    if private and public:
+        raise CliError(f"{', '.join(public)} has no epsilon (it is not private): simulate it "
+                       f"in a separate run from {', '.join(private)}")
     dists = [args.dist] if os.path.isfile(args.dist) else _split(args.dist)
     k = _int(args.k, "--k", minimum=2) if args.k is not None else None
     for dist in dists:
@@ -132,17 +144,32 @@ def _simulate(args: argparse.Namespace) -> int:
             raise CliError(f"{dist} has {param.size} entries but k = {k}")
         if kind == "unif" and param > k:
             raise CliError(f"{dist} needs a support of at most k = {k}")
-    epsilons = [_float(e, "--epsilon") for e in _split(args.epsilon)]
+    if private and args.epsilon is None:
+        raise CliError("--epsilon is required (comma-separated ε values)")
+    if public and args.epsilon is not None:
+        raise CliError(f"--epsilon does not apply to {', '.join(public)}: it is not a private "
+                       "mechanism (communication-limited only)")
+    if public and args.bits is None:
+        raise CliError("pch needs --bits (the message length ℓ, 1 to 31)")
+    if not public and args.bits is not None:
+        raise CliError("--bits applies only to pch (PublicCoinHashing), which is not among "
+                       "--mechanism")
+    bits = _int(args.bits, "--bits") if args.bits is not None else None
+    epsilons = ([_float(e, "--epsilon") for e in _split(args.epsilon)] if private
+                else [None])
     ns = [_int(n, "--n") for n in _split(args.n)]
     runs = _int(args.runs, "--runs")
     jobs = _int(args.jobs, "--jobs")
     seed = _int(args.seed, "--seed", minimum=0)
     m = _int(args.m, "--m", minimum=2) if args.m is not None else None
-    if "cp" not in mechanisms:
-        for option, value in (("--m", args.m), ("--sparsity", args.sparsity)):
-            if value is not None:
-                raise CliError(f"{option} applies only to cp (CompressivePrivatization), which "
-                               "is not among --mechanism")
+    if "cp" not in mechanisms and args.m is not None:
+        raise CliError("--m applies only to cp (CompressivePrivatization), which is not among "
+                       "--mechanism")
+    uses_sparsity = "cp" in mechanisms or any(
+        split_decoder(d)[0] in SPARSE_DECODERS for d in decoders)
+    if not uses_sparsity and args.sparsity is not None:
+        raise CliError("--sparsity applies only to cp and to the sparse decoders "
+                       f"({', '.join(SPARSE_DECODERS)}), none of which is requested")
     if "cp" in mechanisms:
         if m is None:
             raise CliError("cp needs --m (the number of reports, 2 <= m < k)")
@@ -154,10 +181,13 @@ def _simulate(args: argparse.Namespace) -> int:
         raise CliError(f"--mass must be in (0, 1], got {args.mass}")
     if not args.name or os.sep in args.name:
         raise CliError(f"--name must be a plain file name, got {args.name!r}")
-    points = make_points([(name, decoders) for name in mechanisms], dists, [k], epsilons, ns,
-                         runs, m=m, sparsity=sparsity, mass=mass, path="simulate")
+    entries = [(name, decoders, {"bits": bits} if name == "pch" else {}) for name in mechanisms]
+    points = make_points(entries, dists, [k], epsilons, ns, runs, m=m, sparsity=sparsity,
+                         mass=mass, path="simulate")
     title = (f"simulate: {_METRIC_LABEL[args.metric]} vs n — k = {k}"
-             + (f", m = {m}" if m else "") + ", ε = " + ", ".join(f"{e:g}" for e in epsilons))
+             + (f", m = {m}" if m else "")
+             + (", ε = " + ", ".join(f"{e:g}" for e in epsilons) if private
+                else f", ℓ = {bits} bits (not private)"))
     return _execute(points, args.name, args.out, seed, jobs, args.metric, title)
 
 
@@ -187,7 +217,8 @@ def register(subparsers: Any) -> None:
     sim.add_argument("--dist", required=True,
                      help="geo:LAMBDA, unif:S, zipf:A (comma-separated) or a .npy file")
     sim.add_argument("--k", help="number of values (set by a .npy distribution)")
-    sim.add_argument("--epsilon", required=True, help="comma-separated ε values")
+    sim.add_argument("--epsilon", help="comma-separated ε values (required, except for pch)")
+    sim.add_argument("--bits", help="pch: bits per message ℓ (required for pch)")
     sim.add_argument("--n", required=True, help="comma-separated numbers of users")
     sim.add_argument("--runs", default="5", help="runs per point (default 5)")
     sim.add_argument("--m", help="reports of cp (required for cp)")

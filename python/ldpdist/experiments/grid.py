@@ -113,6 +113,8 @@ def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int
     key = mechanism_key(name)
     cls = getattr(ldpdist, _MECHANISMS[key])
     if key == "pch":
+        if "bits" not in dict(params):
+            raise ValueError("public-coin hashing (pch) needs bits (--bits)")
         return cls(k, seed=seed % 2**63, **dict(params))
     if epsilon is None:
         raise ValueError(f"{key} needs an epsilon")
@@ -129,12 +131,15 @@ def _privatized_aggregate(mech, counts: np.ndarray, seed: int) -> Tuple[Any, flo
     """Privatize the users value by value in chunks; returns the aggregator and the time
     spent aggregating (``Aggregator.add``), privatization excluded."""
     values = np.repeat(np.arange(mech.k, dtype=np.uint32), counts.astype(np.int64))
-    per_report = max(1, -(-mech.output_size // 8)) if mech.report_kind == "bits" else 4
+    per_report = {"bits": max(1, -(-mech.output_size // 8)), "hashed": 8}.get(mech.report_kind, 4)
     chunk = max(1 << 12, (1 << 26) // per_report)
     aggregator = mech.aggregator()
     spent = 0.0
     for c, start in enumerate(range(0, values.size, chunk)):
-        reports = mech.privatize(values[start:start + chunk], seed=_seed_int(seed, c))
+        if mech.randomized:
+            reports = mech.privatize(values[start:start + chunk], seed=_seed_int(seed, c))
+        else:  # public-coin hashing: deterministic, users start, start + 1, ...
+            reports = mech.privatize(values[start:start + chunk], first_user=start)
         t0 = time.perf_counter()
         aggregator.add(reports)
         spent += time.perf_counter() - t0

@@ -32,19 +32,35 @@ _WORST_ERROR = {"l1": (2.0, "largest possible ℓ1 error (2)"),
 _MECHANISM_LOOK = {"RR": ("tab:blue", "o"), "RAPPOR": ("tab:orange", "s"),
                    "SS": ("tab:green", "^"), "HR": ("tab:red", "D"),
                    "OUE": ("tab:brown", "v"), "OLH": ("tab:pink", "P"),
-                   "CP": ("tab:purple", "*")}
+                   "CP": ("tab:purple", "*"), "1-bit HR": ("tab:cyan", "p"),
+                   "2-stage RAPPOR": ("tab:olive", "h")}
+# PCH ℓ=1..7: one colour of a sequential map and one marker per ℓ
+_PCH_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")
 _SPARE_LOOKS = (("tab:gray", "X"), ("tab:olive", "h"), ("tab:cyan", "<"), ("black", ">"))
 _DECODER_LOOK = {"project": ("-", True), "normalize": ("--", False), "ibu": ("-.", True),
-                 "sparse_project": (":", True), "raw": (":", False)}
+                 "sparse_project": (":", True), "raw": (":", False),
+                 "two_stage": ("-.", False), "two_stage_project": ("-.", True)}
+# s chosen by the noise-level rule ("DECODER/auto"): dashed, hollow markers
+_AUTO_LOOK = ("--", False)
 
 
 def _series_look(mechanism: str, decoder: str, spare: Dict[str, Tuple[str, str]]
                  ) -> Dict[str, Any]:
     """Keyword arguments of ``Axes.plot`` for one (mechanism, decoder) series."""
-    if mechanism not in _MECHANISM_LOOK and mechanism not in spare:
-        spare[mechanism] = _SPARE_LOOKS[len(spare) % len(_SPARE_LOOKS)]
-    color, marker = _MECHANISM_LOOK.get(mechanism) or spare[mechanism]
-    linestyle, filled = _DECODER_LOOK.get(decoder, ("-.", False))
+    if mechanism.startswith("PCH ℓ=") and mechanism[6:].isdigit():
+        import matplotlib
+
+        bits = int(mechanism[6:])
+        color = matplotlib.colors.to_hex(matplotlib.colormaps["viridis"](min(bits, 8) / 8.5))
+        marker = _PCH_MARKERS[(bits - 1) % len(_PCH_MARKERS)]
+    else:
+        if mechanism not in _MECHANISM_LOOK and mechanism not in spare:
+            spare[mechanism] = _SPARE_LOOKS[len(spare) % len(_SPARE_LOOKS)]
+        color, marker = _MECHANISM_LOOK.get(mechanism) or spare[mechanism]
+    if decoder.endswith("/auto"):
+        linestyle, filled = _AUTO_LOOK
+    else:
+        linestyle, filled = _DECODER_LOOK.get(decoder, ("-.", False))
     size = 9 if marker == "*" else 6
     return dict(color=color, marker=marker, linestyle=linestyle, markersize=size,
                 markerfacecolor=color if filled else "none", markeredgewidth=1.2,
@@ -161,7 +177,8 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
         extra = []
         m_text = _sparsity_text(row["m"] for row in prow if row["mechanism"] == "CP")
         s_text = _sparsity_text(row.get("sparsity", "") for row in prow
-                                if row["mechanism"] == "CP")
+                                if row["mechanism"] == "CP"
+                                and not row["decoder"].endswith("/auto"))
         if m_text:
             extra.append(f"m = {m_text}")
         if s_text:
@@ -169,9 +186,12 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
         if extra:
             heading += "\nCP: " + ", ".join(extra)
         else:
-            s_text = _sparsity_text(row.get("sparsity", "") for row in prow)
+            given = [row for row in prow if row.get("sparsity", "") != ""
+                     and not row["decoder"].endswith("/auto")]
+            s_text = _sparsity_text(row["sparsity"] for row in given)
             if s_text:
-                heading += f"\nsparse_project: s = {s_text}"
+                used = sorted({row["decoder"] for row in given})
+                heading += f"\n{', '.join(used)}: s = {s_text}"
         ax.set_title(heading, fontsize=10)
         ax.set_yscale("log")
         if log_x and x == "support":

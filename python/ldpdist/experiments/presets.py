@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Dict
 
-from . import compressive_privatization, hadamard_response
+from . import compressive_privatization, hadamard_response, sparse_estimation
 from .grid import Preset
 
-PRESETS: Dict[str, Preset] = {**compressive_privatization.PRESETS, **hadamard_response.PRESETS}
+PRESETS: Dict[str, Preset] = {**compressive_privatization.PRESETS, **hadamard_response.PRESETS,
+                              **sparse_estimation.PRESETS}

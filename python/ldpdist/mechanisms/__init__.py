@@ -9,6 +9,7 @@ from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
 from .one_bit_hadamard import OneBitHadamardResponse
+from .public_coin_hashing import PublicCoinHashing
 from .randomized_response import RandomizedResponse
 from .subset_selection import SubsetSelection
 from .two_stage_rappor import TwoStageRAPPOR
@@ -25,6 +26,7 @@ SHORT_NAMES = {
     "cp": "CompressivePrivatization",
     "tsrappor": "TwoStageRAPPOR",
     "obhr": "OneBitHadamardResponse",
+    "pch": "PublicCoinHashing",
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "HadamardResponse",
     "OptimizedLocalHashing",
     "OneBitHadamardResponse",
+    "PublicCoinHashing",
     "RandomizedResponse",
     "SubsetSelection",
     "RAPPOR",

@@ -71,8 +71,9 @@ def _describe(batch_id: str, label: str) -> str:
 class Aggregator:
     """Counts of a mechanism's reports: add batches, merge shards, estimate.
 
-    The aggregate is the sufficient statistic: the histogram of reports for index-valued
-    mechanisms, per-bit counts for bit-vector mechanisms. Shards aggregated separately and
+    The aggregate is what the decoders use: the histogram of reports for index-valued
+    mechanisms (a sufficient statistic), per-bit counts for bit-vector mechanisms, the two
+    stages' match counts and n2 for public-coin hashing. Shards aggregated separately and
     merged give exactly the counts of one aggregator over all reports. Every method is
     thread-safe (one lock per aggregator; the counting itself runs in parallel in Rust).
     """

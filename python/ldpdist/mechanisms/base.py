@@ -93,6 +93,12 @@ class Mechanism:
 
     _core_class: ClassVar[Any]
     report_kind: ClassVar[str] = "index"
+    #: Whether the mechanism is locally differentially private (has ``epsilon``). False for
+    #: communication-limited schemes such as :class:`PublicCoinHashing`.
+    private: ClassVar[bool] = True
+    #: Whether reports use the client's own randomness (``privatize(values, seed=...)``).
+    #: False when they are a deterministic function of the value and public randomness.
+    randomized: ClassVar[bool] = True
     #: The decoder names :meth:`estimate` accepts (see :mod:`ldpdist.decoders`).
     decoders: ClassVar[Tuple[str, ...]] = DECODERS
 
