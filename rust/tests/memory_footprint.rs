@@ -154,10 +154,12 @@ fn declared_footprints_cover_the_allocations() {
         failures.extend(check("SubsetSelection", &ss, users));
         let olh = OptimizedLocalHashing::new(k, 1.0).unwrap();
         failures.extend(check("OptimizedLocalHashing", &olh, users));
-        // Simulation by the shuffle (4k users) and by the passes (10^12 users).
+        // Simulation by the shuffle (4k users) and, at k = 1000, by the passes (10^12 users:
+        // O(K log K) large hypergeometric draws, slow in debug builds at k = 2^16).
         let obhr = OneBitHadamardResponse::new(k, 1.0).unwrap();
-        for many in [users, 1_000_000_000_000] {
-            failures.extend(check("OneBitHadamardResponse", &obhr, many));
+        failures.extend(check("OneBitHadamardResponse", &obhr, users));
+        if k == 1000 {
+            failures.extend(check("OneBitHadamardResponse", &obhr, 1_000_000_000_000));
         }
         for kind in [MatrixKind::Balanced, MatrixKind::Rademacher] {
             let cp =

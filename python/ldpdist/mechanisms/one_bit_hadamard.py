@@ -10,6 +10,7 @@ import numpy as np
 from .. import _core, kernels, memory
 from .._validation import integer, seed_key
 from ..specs import register
+from .aggregator import Aggregator
 from .base import Mechanism, values_array
 
 
@@ -186,10 +187,10 @@ class OneBitHadamardResponse(Mechanism):
                     f"{empty} of the K = {self.num_groups} groups received no reports: they "
                     "contribute 0 to the estimate, which is then biased (one-bit Hadamard "
                     f"Response needs every group non-empty, i.e. n ≥ K = {self.num_groups} "
-                    "users in round-robin groups)", RuntimeWarning, stacklevel=4)
+                    "users in round-robin groups)", RuntimeWarning, stacklevel=3)
         return super()._decode(counts, n, decoder, **options)
 
-    def simulate(self, true_counts: Any, seed: Optional[int] = None):  # type: ignore[override]
+    def simulate(self, true_counts: Any, seed: Optional[int] = None) -> Aggregator:
         """Aggregate of privatizing ``true_counts[x]`` users holding each value x, in a
         uniformly random order with round-robin groups (group j gets ``ceil((n - j)/K)``
         users), exactly in law.
