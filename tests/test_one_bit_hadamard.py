@@ -324,7 +324,7 @@ def test_the_command_line_knows_obhr(tmp_path, capsys):
     assert cli.main(["spec", "hr", "--k", "50", "--epsilon", "1", "-o", str(hr_spec)]) == 0
     assert cli.main(["privatize", "--spec", str(hr_spec), str(values), "--first-user", "5",
                      "-o", str(tmp_path / "x.ldpr")]) == 2
-    assert "applies only to OneBitHadamardResponse" in capsys.readouterr().err
+    assert "applies only to mechanisms that number their users" in capsys.readouterr().err
     estimate = tmp_path / "e.csv"
     assert cli.main(["estimate", "--spec", str(spec), str(out), "--decoder",
                      "sparse_project", "--sparsity", "5", "-o", str(estimate)]) == 0

@@ -121,7 +121,7 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
     ncols = columns if columns > 1 else min(4, count)
     ncols = max(1, min(ncols, count))
     nrows = -(-count // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.5 * nrows + 1.3),
+    fig, axes = plt.subplots(nrows, ncols, figsize=(max(4.2 * ncols, 7.5), 3.5 * nrows + 1.3),
                              squeeze=False, sharey=True)
     series_order = list(dict.fromkeys((row["mechanism"], row["decoder"]) for row in rows))
     spare: Dict[str, Tuple[str, str]] = {}
@@ -130,8 +130,10 @@ def figure(rows: Sequence[Dict[str, Any]], metric: str = "l1", title: Optional[s
                                        if (row["mechanism"], row["decoder"]) == series)
                 for series in series_order}
     worst = _WORST_ERROR.get(metric)
-    if worst is not None and any(row["decoder"] == "raw" for row in rows):
-        # raw estimates are not distributions: their error is not bounded by this
+    unbounded = ("raw", "two_stage")
+    if worst is not None and any(row["decoder"].split("/")[0] in unbounded for row in rows):
+        # raw and two-stage estimates are not distributions: their error is not bounded by
+        # this
         worst = (worst[0], worst[1].replace("largest possible", "largest") +
                  " for a distribution; raw estimates can exceed it")
     run_counts: List[int] = []
