@@ -423,6 +423,13 @@ def test_error_bad_values(setup, capsys):
     (d.path / "big.txt").write_text("1\n" + "9" * 30 + "\n")
     fails(capsys, "privatize", "--spec", d.hr, d.path / "big.txt", "-o", d.path / "r.ldpr",
           match="line 2")
+    # once: int()'s "Exceeds the limit (4300 digits) for integer string conversion" (fuzz)
+    (d.path / "huge.txt").write_text("1\n" + "9" * 5000 + "\n")
+    line = fails(capsys, "privatize", "--spec", d.hr, d.path / "huge.txt", "-o",
+                 d.path / "r.ldpr", match="line 2: 9999")
+    assert "out of range" in line and len(line) < 200, line
+    (d.path / "zeros.txt").write_text("0" * 30 + "7\n")
+    ok(capsys, "privatize", "--spec", d.hr, d.path / "zeros.txt", "-o", d.path / "z.ldpr")
     np.save(d.path / "2d.npy", np.array([[1, 2]]))
     fails(capsys, "privatize", "--spec", d.hr, d.path / "2d.npy", "-o", d.path / "r.ldpr",
           match="1-D")
@@ -436,6 +443,47 @@ def test_error_bad_values(setup, capsys):
     fails(capsys, "privatize", "--spec", d.hr, d.path / "bin.txt", "-o", d.path / "r.ldpr")
     fails(capsys, "privatize", "--spec", d.hr, d.path / "v.txt", "--seed", -1, "-o", d.path / "r.ldpr")
     assert not (d.path / "r.ldpr").exists()
+
+
+def _edit_npy_header(data, old, new):
+    """A .npy file with its header dict edited (the header length kept)."""
+    end = 10 + int.from_bytes(data[8:10], "little")
+    header = data[10:end].replace(old, new, 1).rstrip(b" \n")
+    assert len(header) < end - 10
+    return data[:10] + header.ljust(end - 11) + b"\n" + data[end:]
+
+
+@pytest.mark.parametrize("old, new, values_error, raw_error", [
+    # np.load raised tokenize.TokenError: a traceback
+    (b"{", b"{{", "not a readable .npy file: its header is not a well-formed dictionary",
+     "its header is not a well-formed dictionary"),
+    # np.load raised OverflowError: "Python int too large to convert to C long"
+    (b"'shape': (", b"'shape': (99999999999999999999, ", "is truncated: its .npy header",
+     "its header announces a dimension too large"),
+    # np.load allocated what the header announces before reading the data: numpy's
+    # "Unable to allocate 128. GiB" for values (raw reports are memory-mapped)
+    (b"'shape': (3,)", b"'shape': (17179869184,)",
+     "is truncated: its .npy header announces 137438953472 bytes of data, the file holds 24",
+     "not a readable .npy file"),
+])
+def test_error_npy_files_with_corrupt_headers(setup, capsys, old, new, values_error,
+                                              raw_error):
+    """Found by tests/fuzz: numpy's header parser lets these through np.load."""
+    d = setup
+    np.save(d.path / "v.npy", np.array([1, 2, 3]))
+    (d.path / "v.npy").write_bytes(_edit_npy_header((d.path / "v.npy").read_bytes(), old, new))
+    fails(capsys, "privatize", "--spec", d.hr, d.path / "v.npy", "-o", d.path / "r.ldpr",
+          match=values_error)
+    np.save(d.path / "raw.npy", np.array([1, 2, 3], np.uint8))
+    (d.path / "raw.npy").write_bytes(_edit_npy_header((d.path / "raw.npy").read_bytes(), old,
+                                                      new))
+    fails(capsys, "aggregate", "--spec", d.hr, d.path / "raw.npy", "--raw-reports", "-o",
+          d.path / "x.ldps", match=raw_error)
+    if HAVE_EXPERIMENTS and old == b"{":
+        from ldpdist.experiments import load_distribution
+
+        with pytest.raises(ValueError, match="cannot read distribution file .* well-formed"):
+            load_distribution(str(d.path / "v.npy"))
 
 
 def test_error_bad_specs(setup, capsys):

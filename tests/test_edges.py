@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import ldpdist
+from conftest import run_python
 from ldpdist import _core
-from ldpdist.specs import from_dict, parse_json, registered
+from ldpdist.specs import fingerprint, from_dict, parse_json, registered
 
 ALL = sorted(registered())
 # The ε rule applies to private mechanisms; one without ε (public-coin hashing: not private,
@@ -97,6 +98,8 @@ def test_messages_say_what_is_wrong():
         from_dict({"mechanism": "HadamardResponse", "k": 16, "epsilon": 1.0, "blocks": 2**64})
     with pytest.raises(ValueError, match="nests JSON deeper"):
         parse_json("[" * 100_000 + "]" * 100_000, "a spec")  # once: RecursionError
+    with pytest.raises(ValueError, match="a spec holds an integer of more than"):
+        parse_json('{"k": ' + "9" * 5000 + "}", "a spec")  # once: int()'s message (fuzz)
     deep = {"mechanism": "HadamardResponse", "k": 16, "epsilon": 1.0}
     for _ in range(50):
         deep = {"k": deep}
@@ -107,6 +110,61 @@ def test_messages_say_what_is_wrong():
         mech.privatize([3, True])  # once: accepted as 1
     with pytest.raises(TypeError, match="booleans"):
         mech.privatize((np.bool_(False),))
+
+
+def test_odd_python_objects_give_clear_errors():
+    """Found by tests/fuzz: containers nested thousands deep in a message (RecursionError
+    from repr), ragged sequences (numpy's own ValueError), arrays where a name belongs
+    ("truth value of an array is ambiguous")."""
+    deep = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="JSON-safe: it nests too deeply"):
+        fingerprint({"mechanism": "HadamardResponse", "k": deep})
+    with pytest.raises(ValueError, match=r"k must be an integer, got list \[\[\[\.\.\.\]\]\]"):
+        from_dict({"mechanism": "HadamardResponse", "k": deep, "epsilon": 1.0})
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        from_dict({"mechanism": deep})
+    with pytest.raises(TypeError, match="epsilon must be a real number"):
+        ldpdist.RAPPOR(16, deep)
+    mech = ldpdist.HadamardResponse(16, 1.0)
+    reports = mech.privatize([1, 2], seed=1)
+    with pytest.raises(ValueError, match="normalization must be 0"):
+        mech.decode_string(reports, normalization=deep)
+    with pytest.raises(TypeError, match="label must be a string"):
+        mech.aggregator().add(reports, label=deep)
+    for ragged in ([[1, 2], [3]], deep):
+        with pytest.raises(TypeError, match="values must be a 1-D array"):
+            mech.privatize(ragged)
+        with pytest.raises(TypeError, match="reports must be a 1-D array"):
+            mech.aggregator().add(ragged)
+        with pytest.raises(TypeError, match="true_counts must be a 1-D array"):
+            mech.simulate(ragged)
+    array = np.array([1, 2])
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        mech.estimate(reports, decoder=array)
+    with pytest.raises(ValueError, match="on_invalid must be one of"):
+        mech.aggregator().add(reports, on_invalid=array)
+    with pytest.raises(ValueError, match="matrix must be one of"):
+        ldpdist.CompressivePrivatization(64, 1.0, m=16, seed=1, matrix=array)
+    with pytest.raises(ValueError, match="model must be one of"):
+        ldpdist.CompressivePrivatization(64, 1.0, m=16, seed=1).estimate(
+            np.array([1, 2], np.uint8), model=array)
+
+
+def test_hadamard_response_with_more_than_2_pow_32_outputs_privatizes():
+    """k = 2^32 has 2^33 outputs: privatize with B = 2^33 blocks once never returned (a
+    32-bit draw asked for a bound above 2^32; found by tests/fuzz). Run in a child process
+    with a timeout, so that a regression fails instead of hanging the suite."""
+    out = run_python("""
+        import ldpdist
+        for blocks in (2**33, 2, None):
+            m = ldpdist.HadamardResponse(2**32, 1.0, blocks=blocks)
+            reports = m.privatize([0, 2**32 - 1] * 50, seed=1)
+            assert int(reports.max()) < m.output_size, (blocks, reports.max())
+            print(m.output_size)
+        """, timeout=60)
+    assert out.split() == [str(2**33)] * 3
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -245,6 +245,21 @@ def test_merge_and_add_never_wrap():
         mech.simulate(np.array([2**63, 2**63, 0], dtype=np.uint64))
 
 
+def test_every_batch_id_add_accepts_is_one_a_state_can_hold():
+    """add once took "" (and ids over 128 characters) as a batch id: the state it wrote was
+    then refused by from_bytes as corrupt (found by tests/fuzz)."""
+    mech = ldpdist.RandomizedResponse(4, 1.0)
+    reports = mech.privatize([0, 1], seed=1)
+    for batch_id in ("", "x" * 129):
+        agg = mech.aggregator()
+        with pytest.raises(ValueError, match="batch_id must have 1 to 128 characters"):
+            agg.add(reports, batch_id=batch_id)
+        assert agg.n == 0 and not agg.batches
+    agg = mech.aggregator().add(reports, batch_id="x" * 128, label="l" * 500)
+    again = ldpdist.Aggregator.from_bytes(agg.to_bytes())
+    assert again.batch_labels() == {"x" * 128: "l" * 200}
+
+
 def test_bad_state_inputs_are_clear_errors():
     with pytest.raises(TypeError, match="takes bytes"):
         ldpdist.Aggregator.from_bytes(10**10)  # once: 10 GB of zero bytes

@@ -96,6 +96,34 @@ def test_oversized_requests_are_refused_and_the_process_survives(name):
     assert float(seconds) < 60, f"{name}: {seconds} s"
 
 
+def test_copies_of_user_arrays_ask_the_guard_first():
+    """simulate and add copy their input (to uint64, to native byte order, contiguous): the
+    guard is asked first. Found by tests/fuzz: broadcast views that cost nothing made numpy
+    allocate GiBs outside the budget (a numpy MemoryError under RLIMIT_AS)."""
+    done = run_limited("""
+        ldpdist.set_memory_limit("64M")
+        big = 2**24
+        cases = [
+            ("true_counts as uint64", lambda: ldpdist.RandomizedResponse(big, 1.0).simulate(
+                np.broadcast_to(np.uint8(0), (big,)))),
+            ("the reports as uint64", lambda: ldpdist.RandomizedResponse(16, 1.0).aggregator()
+                .add(np.broadcast_to(np.int8(1), (big,)))),
+            ("native byte order", lambda: ldpdist.HadamardResponse(16, 1.0).aggregator()
+                .add(np.broadcast_to(np.array(1, ">u8"), (big,)))),
+            ("contiguous copy", lambda: ldpdist.RAPPOR(16, 1.0).aggregator()
+                .add(np.broadcast_to(np.zeros(2, np.uint8), (4 * big, 2)))),
+        ]
+        for part, call in cases:
+            try:
+                call()
+                print("accepted")
+            except MemoryError as exc:
+                print("refused" if part in str(exc) and "budget" in str(exc) else str(exc))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["refused"] * 4, done.stdout
+
+
 def test_the_budget_follows_the_setter_and_the_environment():
     done = run_limited("""
         import os

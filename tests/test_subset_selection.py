@@ -241,6 +241,21 @@ def test_simulate_validates_true_counts():
     assert np.all(mech.simulate([0] * 6, seed=0).counts == 0)
 
 
+def test_simulate_takes_at_most_2_pow_40_users():
+    """Beyond, rand_distr's hypergeometric sampler loses the law in f64: from about 2^51
+    users it never returned (an uninterruptible hang), from about 2^60 it panicked (found
+    by tests/fuzz)."""
+    mech = SubsetSelection(16, 1.0, d=1)
+    counts = np.full(16, 2**36, dtype=np.uint64)  # 2^40 users
+    agg = mech.simulate(counts, seed=1)
+    assert agg.n == 2**40 and int(agg.counts.sum()) == 2**40
+    counts[0] += 1
+    with pytest.raises(ValueError, match="at most 2\\^40"):
+        mech.simulate(counts, seed=1)
+    with pytest.raises(ValueError, match="simulate the users in parts"):
+        mech.simulate(np.full(16, 2**59, dtype=np.uint64), seed=1)
+
+
 # -- malformed reports ---------------------------------------------------------------------------
 
 def test_malformed_rows_raise_or_are_dropped_and_counted():

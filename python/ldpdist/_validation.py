@@ -9,11 +9,34 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any, Optional
+import reprlib
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
 _KEY_BYTES = 32
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 2, 60, 60, 40
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` for a message about an untrusted value: shortened (about 80
+    characters at most), and never an error itself (containers nested thousands deep, a
+    ``__repr__`` that raises)."""
+    try:
+        return _SHOWN.repr(value)
+    except Exception:  # noqa: BLE001 - any object can be passed; the message must not fail
+        return f"<{type(value).__name__} object>"
+
+
+def one_of(value: Any, options: Sequence[str], name: str) -> str:
+    """``value`` when it is one of the strings ``options``, else ``ValueError`` naming
+    them (compared only as a string: an array or an object with an odd ``__eq__`` is just
+    not one of them)."""
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {tuple(options)}, got {shown(value)}")
+    return value
 
 
 def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
@@ -50,6 +73,19 @@ def check_finite(array: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must be finite: element {where} is {array[position]}")
 
 
+def as_array(x: Any, name: str) -> np.ndarray:
+    """``x`` itself when it is an ndarray, else ``np.asarray(x)``; a sequence numpy cannot
+    turn into an array (ragged, nested too deeply, …) raises ``TypeError`` naming ``name``."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(x)
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        why = " ".join(str(exc).split())
+        raise TypeError(f"{name} must be a 1-D array or a flat sequence of integers; this "
+                        f"{type(x).__name__} is not one ({why})") from None
+
+
 def int64_vector(x: Any, name: str) -> np.ndarray:
     """A 1-D, C-contiguous int64 view of an integer array (any integer dtype that fits)."""
     array = np.asarray(x)
@@ -67,7 +103,7 @@ def integer(value: Any, name: str, *, minimum: Optional[int] = None,
             maximum: Optional[int] = None) -> int:
     """A Python int from an integral value (bool refused), checked against the bounds."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {shown(value)}")
     value = operator.index(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be ≥ {minimum}, got {value}")
@@ -79,7 +115,8 @@ def integer(value: Any, name: str, *, minimum: Optional[int] = None,
 def real(value: Any, name: str) -> float:
     """A finite Python float from a real number (bool refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} "
+                        f"{shown(value)}")
     value = float(value)
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -98,17 +135,20 @@ def seed_key(seed: Any, name: str = "seed") -> Optional[bytes]:
 
 
 U64_MAX = 2**64 - 1
+_SUM_BLOCK = 1 << 20
 
 
 def exact_sum_u64(array: np.ndarray) -> int:
     """The exact sum of a uint64 array as a Python int (numpy's uint64 sum wraps).
 
-    Sums the high and low 32-bit halves separately: each partial sum fits in uint64 for
-    arrays of fewer than 2**32 entries.
+    Sums the high and low 32-bit halves separately, in blocks of 2**20 entries: each partial
+    sum fits in uint64, and the temporaries stay small whatever the array's size.
     """
-    array = np.asarray(array, dtype=np.uint64)
-    if array.size >= 2**32:  # pragma: no cover - larger than any statistic
-        return int(sum(int(v) for v in array))
-    high = int((array >> np.uint64(32)).sum(dtype=np.uint64))
-    low = int((array & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
-    return (high << 32) + low
+    array = np.asarray(array, dtype=np.uint64).reshape(-1)
+    total = 0
+    for start in range(0, array.size, _SUM_BLOCK):
+        block = array[start:start + _SUM_BLOCK]
+        high = int((block >> np.uint64(32)).sum(dtype=np.uint64))
+        low = int((block & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
+        total += (high << 32) + low
+    return total

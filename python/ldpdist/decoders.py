@@ -36,7 +36,7 @@ from typing import Any, List, NamedTuple, Optional
 import numpy as np
 
 from . import kernels, memory
-from ._validation import integer, real
+from ._validation import integer, one_of, real
 
 try:  # typing.Protocol is 3.8+; the annotations below are informative only
     from typing import Protocol
@@ -224,10 +224,7 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
            sparsity: Optional[int] = None, max_iter: int = 10_000,
            tol: float = 1e-12) -> np.ndarray:
     """Estimate of shape (k,) from aggregated ``counts`` of ``n`` reports (see module doc)."""
-    allowed = getattr(mechanism, "decoders", DECODERS)
-    if decoder not in allowed:
-        raise ValueError(f"decoder must be one of {allowed} for {type(mechanism).__name__}, "
-                         f"got {decoder!r}")
+    one_of(decoder, getattr(mechanism, "decoders", DECODERS), "decoder")
     if decoder in SPARSE_DECODERS:
         if sparsity is not None:  # None: the noise-level rule, below
             sparsity = integer(sparsity, "sparsity", minimum=1, maximum=mechanism.k)

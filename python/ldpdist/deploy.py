@@ -35,6 +35,7 @@ import os
 import pickle
 import re
 import sys
+import tokenize
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -52,6 +53,20 @@ from .reports import REPORTS_MAGIC, raw_file_batch_id, read_reports, write_repor
 from .specs import from_dict, parse_json, registered
 
 NPY_MAGIC = b"\x93NUMPY"
+# What np.load raises on a corrupt .npy file: besides its own ValueErrors, numpy's header
+# parser lets tokenize's and int()'s errors through (an unbalanced header dict, a dimension
+# beyond a C long).
+NPY_ERRORS = (ValueError, OSError, EOFError, pickle.UnpicklingError, TypeError,
+              tokenize.TokenError, OverflowError, RecursionError)
+
+
+def npy_error(exc: BaseException) -> str:
+    """What is wrong with a .npy file, from the exception np.load raised (one line)."""
+    if isinstance(exc, (tokenize.TokenError, RecursionError)):
+        return "its header is not a well-formed dictionary"
+    if isinstance(exc, OverflowError):
+        return "its header announces a dimension too large for this platform"
+    return _one_line(exc)
 
 # Optional parameters of `ldpdist spec` -> mechanisms that take them.
 _SPEC_OPTIONS = {
@@ -155,9 +170,20 @@ def _write_text(path: Optional[str], text: str) -> str:
 
 def _load_npy(data: bytes, path: str, what: str) -> np.ndarray:
     try:
+        # The header first: np.load allocates what it announces before reading the data.
+        stream = io.BytesIO(data)
+        major, _minor = np.lib.format.read_magic(stream)
+        read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                       else np.lib.format.read_array_header_2_0)
+        shape, _fortran, dtype = read_header(stream)
+        announced = int(np.prod(shape, dtype=object)) * dtype.itemsize
+        if not dtype.hasobject and announced > len(data) - stream.tell():
+            raise CliError(f"{what} {path!r} is truncated: its .npy header announces "
+                           f"{announced} bytes of data, the file holds "
+                           f"{len(data) - stream.tell()}")
         array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError, pickle.UnpicklingError, TypeError, MemoryError) as exc:
-        raise CliError(f"{what} {path!r} is not a readable .npy file: {_one_line(exc)}") from None
+    except NPY_ERRORS + (MemoryError,) as exc:
+        raise CliError(f"{what} {path!r} is not a readable .npy file: {npy_error(exc)}") from None
     if not isinstance(array, np.ndarray):  # pragma: no cover - np.load of a .npy is an array
         raise CliError(f"{what} {path!r} is not a .npy array")
     return array
@@ -167,9 +193,9 @@ def _map_npy(path: str) -> np.ndarray:
     """A raw reports .npy, memory-mapped (nothing proportional to the file is allocated)."""
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError, pickle.UnpicklingError, TypeError) as exc:
+    except NPY_ERRORS as exc:
         raise CliError(f"reports file {path!r} is not a readable .npy file: "
-                       f"{_one_line(exc)}") from None
+                       f"{npy_error(exc)}") from None
     if not isinstance(array, np.ndarray):  # pragma: no cover - np.load of a .npy is an array
         raise CliError(f"reports file {path!r} is not a .npy array")
     return array
@@ -231,9 +257,11 @@ def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
             continue
         if not _INTEGER.match(token):
             raise _bad_line(path, line_number, line)
-        value = int(token)
-        if not -2**63 <= value < 2**63:
-            raise CliError(f"values file {path!r}, line {line_number}: {value} is out of range")
+        # more than 19 significant digits is out of range (and int() refuses 4300)
+        value = int(token) if len(token.lstrip("+-").lstrip("0")) <= 19 else None
+        if value is None or not -2**63 <= value < 2**63:
+            shown = token if len(token) <= 40 else token[:37] + "..."
+            raise CliError(f"values file {path!r}, line {line_number}: {shown} is out of range")
         values.append(value)
         lines.append(line_number)
     return np.array(values, dtype=np.int64), lines

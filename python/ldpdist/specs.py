@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from typing import Any, Callable, Dict, TypeVar
+
+from ._validation import shown
 
 SPEC_FORMAT = 1
 _REGISTRY: Dict[str, type] = {}
@@ -47,6 +50,8 @@ def canonical_json(spec: Dict[str, Any]) -> str:
                           allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"a spec must be JSON-safe: {exc}") from None
+    except RecursionError:
+        raise ValueError("a spec must be JSON-safe: it nests too deeply") from None
 
 
 def fingerprint(spec: Dict[str, Any]) -> str:
@@ -86,6 +91,9 @@ def parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"{what} is not valid JSON: {' '.join(str(exc).split())}") from None
+    except ValueError:  # int()'s limit on the digits of a number (Python ≥ 3.11, 3.10.7, …)
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 4300)()
+        raise ValueError(f"{what} holds an integer of more than {limit} digits") from None
 
 
 def from_dict(spec: Dict[str, Any]) -> Any:
@@ -100,10 +108,11 @@ def from_dict(spec: Dict[str, Any]) -> Any:
     spec = dict(spec)
     name = spec.pop("mechanism", None)
     if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"unknown mechanism {name!r}; known: {sorted(_REGISTRY)}")
+        raise ValueError(f"unknown mechanism {shown(name)}; known: {sorted(_REGISTRY)}")
     fmt = spec.pop("format", SPEC_FORMAT)
     if type(fmt) is not int or fmt != SPEC_FORMAT:
-        raise ValueError(f"unsupported spec format {fmt!r} (this version reads {SPEC_FORMAT})")
+        raise ValueError(f"unsupported spec format {shown(fmt)} (this version reads "
+                         f"{SPEC_FORMAT})")
     if not all(isinstance(key, str) for key in spec):
         raise ValueError("spec keys must be strings")
     cls: Callable[..., Any] = _REGISTRY[name]
@@ -121,14 +130,15 @@ def spec_summary(spec: Dict[str, Any]) -> str:
     try:
         return repr(from_dict(spec))
     except Exception:  # noqa: BLE001 - any invalid spec is shown field by field
-        params = ", ".join(f"{key}={value!r}" for key, value in sorted(spec.items())
+        params = ", ".join(f"{key}={shown(value)}"
+                           for key, value in sorted(spec.items(), key=str)
                            if key not in ("mechanism", "format"))
-        return f"{spec.get('mechanism')}({params})"
+        return f"{shown(spec.get('mechanism'))}({params})"
 
 
 def spec_difference(got: Dict[str, Any], want: Dict[str, Any]) -> str:
     """Which fields of two specs differ, for messages."""
-    keys = sorted(set(got) | set(want))
-    diffs = [f"{key}: {got.get(key, '(absent)')!r} vs {want.get(key, '(absent)')!r}"
+    keys = sorted(set(got) | set(want), key=str)
+    diffs = [f"{key}: {shown(got.get(key, '(absent)'))} vs {shown(want.get(key, '(absent)'))}"
              for key in keys if got.get(key) != want.get(key)]
     return "; ".join(diffs) if diffs else "same fields, different fingerprints"

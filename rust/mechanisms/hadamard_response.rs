@@ -31,7 +31,7 @@ use crate::error::Result;
 use crate::hadamard::{fwht_in_place, fwht_in_place_checked, Butterfly};
 use crate::interrupt::{self, uninterrupted, Check};
 use crate::memory::{allocate_zeroed, Footprint};
-use crate::rng::{binomial, uniform_below, BernoulliThreshold, Key, StreamRng};
+use crate::rng::{binomial, uniform_below_u64, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 
@@ -507,10 +507,12 @@ impl IndexMechanism for HadamardResponse {
     fn sample(&self, rng: &mut StreamRng, x: u64) -> u64 {
         let (j, r) = self.place(x);
         let half = self.b / 2;
+        // With k near 2^32 the outputs number up to 2^33 (`uniform_below` takes n ≤ 2^32;
+        // the `_u64` draw is the same below that).
         if self.inside.sample(rng) {
-            return j * self.b + Self::nth_with_parity(r, uniform_below(rng, half), false);
+            return j * self.b + Self::nth_with_parity(r, uniform_below_u64(rng, half), false);
         }
-        let u = uniform_below(rng, self.blocks * self.b - half);
+        let u = uniform_below_u64(rng, self.blocks * self.b - half);
         if u < half {
             j * self.b + Self::nth_with_parity(r, u, true)
         } else {
@@ -678,6 +680,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn sampler_draws_among_more_than_2_pow_32_outputs() {
+        // k = 2^32: 2^33 outputs, beyond one 32-bit draw. B = 2^33 (b = 2) once never
+        // returned (the draw below 2^34 − 1 rejected every word), B = 2 drew the other
+        // block with the wrong probability.
+        let key = crate::rng::key_from_u64(3);
+        let m = HadamardResponse::with_blocks(1 << 32, 1.0, Some(1 << 33)).unwrap();
+        let mut rng = crate::rng::stream(&key, 0);
+        for x in [0, (1u64 << 32) - 1] {
+            for _ in 0..100 {
+                assert!(m.sample(&mut rng, x) < m.output_size());
+            }
+        }
+        let m = HadamardResponse::with_blocks(1 << 32, 1.0, Some(2)).unwrap();
+        let (big_b, b, outputs) = m.shape();
+        assert_eq!((big_b, b, outputs), (2, 1 << 32, 1 << 33));
+        // P(report in the other block) = (1 − q)(K − b)/(K − b/2), q = (b/2)e^ε/Z, Z =
+        // (b/2)e^ε + K − b/2: here 2/(e^ε + 3).
+        let draws = 20_000;
+        let other = (0..draws).filter(|_| m.sample(&mut rng, 0) >= b).count() as f64;
+        let expected = 2.0 / (1f64.exp() + 3.0);
+        let sigma = (expected * (1.0 - expected) / draws as f64).sqrt();
+        assert!(
+            (other / draws as f64 - expected).abs() < 5.0 * sigma,
+            "{other}"
+        );
     }
 
     /// Instances of every shape: B = 1 with b = 16, B = 2, many blocks of b = 4, and b = 2

@@ -564,6 +564,28 @@ pub(crate) fn simulation_users(k: u64, true_counts: &[u64]) -> Result<u64> {
     total_users(true_counts)
 }
 
+/// The most users one simulation that splits users by hypergeometric draws accepts:
+/// `rand_distr`'s H2PE sampler computes in `f64` and, past about 2^40 users, no longer follows
+/// the law (it was measured to hang near 5.5·10^15 and to fail on a non-finite value near
+/// 2^63). More users are simulated in parts whose aggregates are merged.
+pub const MAX_HYPERGEOMETRIC_USERS: u64 = 1 << 40;
+
+/// [`simulation_users`] for the simulations that split users by hypergeometric draws
+/// per value (subset selection, two-stage RAPPOR; one-bit HR's passes split merged classes and
+/// are tested exact up to 2^64 − 1 users): also refuses more than
+/// [`MAX_HYPERGEOMETRIC_USERS`] users with a clear error.
+pub(crate) fn split_simulation_users(name: &str, k: u64, true_counts: &[u64]) -> Result<u64> {
+    let users = simulation_users(k, true_counts)?;
+    if users > MAX_HYPERGEOMETRIC_USERS {
+        return Err(Error::Value(format!(
+            "{name} simulates at most 2^40 = {MAX_HYPERGEOMETRIC_USERS} users at once, got \
+             {users}: beyond that the hypergeometric sampler's floating-point arithmetic no \
+             longer follows the law; simulate the users in parts and merge the aggregators"
+        )));
+    }
+    Ok(users)
+}
+
 /// The footprint of a simulation into `outputs` counts with `arrays` arrays of that size (the
 /// result included), plus the uniform phase's per-chunk counts.
 pub(crate) fn simulation_footprint(name: &str, outputs: u64, arrays: u64) -> Footprint {

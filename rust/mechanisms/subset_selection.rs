@@ -62,7 +62,8 @@
 //! over the states, largest first (`rand_distr`'s H2PE when the mode is ≥ 16, else an exact
 //! one-marked-item-at-a-time draw), until the rest is small enough for Floyd. The law is
 //! exact up to the floating-point arithmetic inside `rand_distr`'s rejection / inversion
-//! samplers.
+//! samplers; that arithmetic limits one simulation to 2^40 users (`MAX_HYPERGEOMETRIC_USERS`;
+//! more users: simulate them in parts, whose aggregates add up).
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism, SymmetricEstimator};
@@ -253,7 +254,7 @@ impl SubsetSelection {
                 true_counts.len()
             )));
         }
-        super::total_users(true_counts)?;
+        super::split_simulation_users("SubsetSelection", self.k, true_counts)?;
         let k = self.k as usize;
         self.footprint(super::Operation::Simulate { users: 0 })
             .check()?;
@@ -1191,6 +1192,12 @@ mod tests {
         huge[0] = u64::MAX;
         huge[1] = 1;
         assert!(m.simulate(&key, &huge).is_err());
+        // At most 2^40 users (beyond, H2PE's f64 set-up loses the law, then hangs or panics).
+        let mut many = vec![(1u64 << 40) / 50; 50];
+        many[0] += (1 << 40) % 50;
+        assert_eq!(m.simulate(&key, &many).unwrap().len(), 50);
+        many[0] += 1;
+        assert!(matches!(m.simulate(&key, &many), Err(Error::Value(_))));
     }
 
     #[test]

@@ -311,7 +311,7 @@ impl TwoStageRappor {
     /// random order with alternating stages, exactly in law (module documentation).
     pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
         let k = self.k();
-        let n = super::simulation_users(k, true_counts)?;
+        let n = super::split_simulation_users("TwoStageRAPPOR", k, true_counts)?;
         let (mut first, mut second) = (
             crate::memory::zeroed_vec::<u64>(k as usize, "stage-1 users per value")?,
             crate::memory::zeroed_vec::<u64>(k as usize, "stage-2 users per value")?,
@@ -1110,7 +1110,10 @@ mod tests {
         assert!(m.simulate(&key, &huge).is_err());
         // Huge n: the stages split evenly, counts near their means.
         let mut big = vec![0u64; 5000];
-        big[3] = (1u64 << 40) + 1;
+        big[3] = 1u64 << 40; // the most one simulation accepts
+        assert!(m
+            .simulate(&key, &[&big[..3], &[(1u64 << 40) + 1], &big[4..]].concat())
+            .is_err());
         let s = m.simulate(&key, &big).unwrap();
         let (a, b) = m.probabilities();
         let half = (1u64 << 39) as f64;

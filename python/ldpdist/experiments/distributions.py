@@ -9,6 +9,8 @@ from typing import Any, Tuple
 
 import numpy as np
 
+from ..deploy import NPY_ERRORS, npy_error
+
 def _float_param(text: str, what: str) -> float:
     try:
         value = float(text)
@@ -55,8 +57,8 @@ def load_distribution(path: str) -> np.ndarray:
         array = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise ValueError(f"distribution file {path!r} not found") from None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read distribution file {path!r}: {exc}") from None
+    except NPY_ERRORS as exc:  # numpy's header parser lets tokenize's and int()'s through
+        raise ValueError(f"cannot read distribution file {path!r}: {npy_error(exc)}") from None
     if not isinstance(array, np.ndarray) or array.dtype.kind != "f":
         raise ValueError(f"{path}: a distribution must be a float array, got dtype "
                          f"{getattr(array, 'dtype', type(array).__name__)}")

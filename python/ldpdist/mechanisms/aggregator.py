@@ -38,7 +38,7 @@ from typing import Any, Dict, FrozenSet, Optional, Tuple
 import numpy as np
 
 from .. import memory
-from .._validation import U64_MAX
+from .._validation import U64_MAX, one_of
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
 from ..reports import ReportBatch
 from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
@@ -52,6 +52,7 @@ _HEADER_KEYS = {"format", "version", "mechanism", "spec", "fingerprint", "n", "d
                 "size", "batches"}
 _MAX_HEADER = 1 << 30
 _MAX_LABEL = 200
+_MAX_BATCH_ID = 128
 _ON_INVALID = ("raise", "drop")
 
 
@@ -173,14 +174,16 @@ class Aggregator:
             the aggregator unchanged; with ``"drop"`` they are skipped and counted in
             :attr:`dropped`.
         batch_id : str, optional
-            Identity of this batch, refused if already counted (a :class:`ReportBatch`
-            carries its own). Arrays without one count as this aggregator's own batch.
+            Identity of this batch (1 to 128 characters), refused if already counted (a
+            :class:`ReportBatch` carries its own). Arrays without one count as this
+            aggregator's own batch.
         label : str
             What the batch is (e.g. its file name), for messages; a ReportBatch's own
             label by default.
         """
-        if on_invalid not in _ON_INVALID:
-            raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
+        one_of(on_invalid, _ON_INVALID, "on_invalid")
+        if not isinstance(label, str):
+            raise TypeError(f"label must be a string, got {type(label).__name__}")
         if isinstance(reports, ReportBatch):
             if batch_id is not None:
                 raise TypeError("a ReportBatch carries its own batch id; do not pass batch_id")
@@ -192,6 +195,10 @@ class Aggregator:
             array = reports
             if batch_id is not None and not isinstance(batch_id, str):
                 raise TypeError(f"batch_id must be a string, got {type(batch_id).__name__}")
+            if batch_id is not None and not 0 < len(batch_id) <= _MAX_BATCH_ID:
+                # what a state can hold (from_bytes refuses other ids)
+                raise ValueError(f"batch_id must have 1 to {_MAX_BATCH_ID} characters, got "
+                                 f"{len(batch_id)}")
         label = str(label)[:_MAX_LABEL]
         drop = on_invalid == "drop"
         prepared, negative = self.mechanism._prepare_reports(array, drop)
@@ -347,7 +354,7 @@ def _checked_batches(entries: Any) -> Dict[str, str]:
     for entry in entries:
         if (not isinstance(entry, list) or len(entry) != 2
                 or not all(isinstance(v, str) for v in entry)
-                or not 0 < len(entry[0]) <= 128 or len(entry[1]) > _MAX_LABEL):
+                or not 0 < len(entry[0]) <= _MAX_BATCH_ID or len(entry[1]) > _MAX_LABEL):
             raise IntegrityError(f"corrupt state header: bad batch entry {entry!r:.80}")
         if entry[0] in batches:
             raise IntegrityError(f"corrupt state header: batch {entry[0]} listed twice")

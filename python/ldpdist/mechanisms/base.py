@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 import numpy as np
 
 from .. import _core, memory
-from .._validation import U64_MAX, exact_sum_u64, integer, real, seed_key
+from .._validation import U64_MAX, as_array, exact_sum_u64, integer, real, seed_key, shown
 from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
 from ..specs import SPEC_FORMAT, _REGISTRY, fingerprint, from_dict, register
@@ -47,7 +47,7 @@ def _refuse_bools(values: Any) -> None:
 def values_array(values: Any, k: int) -> np.ndarray:
     """Validate user values: 1-D integers in [0, k); returned as uint32 (copied if needed)."""
     _refuse_bools(values)
-    array = values if isinstance(values, np.ndarray) else np.asarray(values)
+    array = as_array(values, "values")
     if array.dtype.kind not in "iu":
         if array.size == 0 and array.dtype == np.float64 and not isinstance(values, np.ndarray):
             array = array.astype(np.int64)  # an empty list
@@ -229,8 +229,9 @@ class Mechanism:
     def decode_string(self, reports: Any, normalization: int = 0) -> np.ndarray:
         """Alias of :meth:`estimate` named as in the HR authors' reference code:
         ``normalization=0`` clips and normalizes, ``1`` projects onto the simplex."""
-        if normalization not in (0, 1):
-            raise ValueError(f"normalization must be 0 (clip and normalize) or 1 (project), got {normalization!r}")
+        if not isinstance(normalization, (int, np.integer)) or normalization not in (0, 1):
+            raise ValueError("normalization must be 0 (clip and normalize) or 1 (project), got "
+                             f"{shown(normalization)}")
         return self.estimate(reports, decoder="normalize" if normalization == 0 else "project")
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:
@@ -243,7 +244,7 @@ class Mechanism:
         no per-user report is stored (see each mechanism for the cost). The total number of
         users must be below 2**64 (the counts are 64-bit).
         """
-        counts = np.asarray(true_counts)
+        counts = as_array(true_counts, "true_counts")
         if counts.dtype.kind in "fO" and isinstance(true_counts, (list, tuple)):
             counts = _python_int_counts(true_counts)
         if counts.dtype.kind not in "iu":
@@ -253,6 +254,8 @@ class Mechanism:
         if counts.dtype.kind == "i" and counts.size and counts.min() < 0:
             i = int(np.argmax(counts < 0))
             raise ValueError(f"true_counts must be >= 0: true_counts[{i}] = {counts[i]}")
+        if counts.dtype != np.uint64 or not counts.flags.c_contiguous:
+            memory.check("simulate", [("true_counts as uint64", 8 * counts.size)])
         counts = np.ascontiguousarray(counts, dtype=np.uint64)
         n = exact_sum_u64(counts)
         if n > U64_MAX:
@@ -279,6 +282,9 @@ class Mechanism:
             raise ValueError(f"reports must be one-dimensional, got shape {array.shape}")
         negative = 0
         if array.dtype.kind == "i":
+            memory.check("aggregate", [("masks of the negative reports", 2 * array.size),
+                                       ("the valid reports", array.nbytes),
+                                       ("the reports as uint64", 8 * array.size)])
             bad = array < 0
             if bad.any():
                 negative = int(bad.sum())
@@ -290,6 +296,8 @@ class Mechanism:
                         "pass on_invalid='drop' to drop and count them)")
                 array = array[~bad]
             array = array.astype(np.uint64)
+        elif not array.flags.c_contiguous:
+            memory.check("aggregate", [("a contiguous copy of the reports", array.nbytes)])
         return np.ascontiguousarray(array), negative
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
@@ -331,6 +339,8 @@ class BitVectorMechanism(Mechanism):
         if array.ndim != 2 or array.shape[1] != width:
             raise ValueError(
                 f"bit-vector reports must have shape (n, {width}), got {array.shape}")
+        if not array.flags.c_contiguous:
+            memory.check("aggregate", [("a contiguous copy of the reports", array.nbytes)])
         return np.ascontiguousarray(array), 0
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
@@ -341,8 +351,9 @@ class BitVectorMechanism(Mechanism):
 def _native(reports: Any) -> np.ndarray:
     """Reports as an array in native byte order (a value-preserving copy when not)."""
     _refuse_bools(reports)
-    array = reports if isinstance(reports, np.ndarray) else np.asarray(reports)
+    array = as_array(reports, "reports")
     if array.dtype.kind in "iu" and not array.dtype.isnative:
+        memory.check("aggregate", [("the reports in native byte order", array.nbytes)])
         array = array.astype(array.dtype.newbyteorder("="))
     return array
 

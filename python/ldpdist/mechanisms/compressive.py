@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from .. import _core
-from .._validation import integer, seed_key
+from .._validation import integer, one_of, seed_key, shown
 from ..decoders import DECODERS, finish
 from ..specs import register
 from .base import Mechanism
@@ -86,12 +86,10 @@ class CompressivePrivatization(Mechanism):
         if seed is None:
             raise TypeError("seed is the public seed of the matrix and must be an integer")
         self._seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
-        if matrix not in MATRIX_KINDS:
-            raise ValueError(f"matrix must be one of {MATRIX_KINDS}, got {matrix!r}")
-        if regime not in REGIMES:
-            raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
+        one_of(matrix, MATRIX_KINDS, "matrix")
+        one_of(regime, REGIMES, "regime")
         if not isinstance(calibrate, (bool, np.bool_)):
-            raise TypeError(f"calibrate must be a bool, got {calibrate!r}")
+            raise TypeError(f"calibrate must be a bool, got {shown(calibrate)}")
         self._matrix, self._regime, self._calibrate = matrix, regime, bool(calibrate)
         super().__init__(k, epsilon)
         if self.realized_epsilon > self.epsilon:
@@ -146,8 +144,7 @@ class CompressivePrivatization(Mechanism):
     def recover(self, counts: np.ndarray, n: int, sparsity: Optional[int] = None,
                 model: str = "exact") -> SparseRecovery:
         """Sparse recovery from aggregated counts, with diagnostics."""
-        if model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+        one_of(model, MODELS, "model")
         if n <= 0:
             raise ValueError("there are no reports to estimate from (n = 0)")
         if sparsity is not None:
@@ -180,8 +177,6 @@ class CompressivePrivatization(Mechanism):
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, *,
                 sparsity: Optional[int] = None, model: str = "exact") -> np.ndarray:
-        if decoder not in self.decoders:
-            raise ValueError(f"decoder must be one of {self.decoders} for compressive "
-                             f"privatization, got {decoder!r}")
+        one_of(decoder, self.decoders, "decoder (compressive privatization)")
         recovery = self.recover(counts, n, sparsity, model)
         return finish(recovery.raw, decoder, sparsity or max(1, len(recovery.support)))

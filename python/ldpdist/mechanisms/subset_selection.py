@@ -55,7 +55,10 @@ class SubsetSelection(BitVectorMechanism):
     are dependent: every report has d ones) in ``O(k × #states)`` time, without per-user
     work; with an integer seed it is reproducible, but it is a different draw from
     ``privatize`` with the same seed (unlike the index-valued mechanisms, whose simulated
-    histogram equals that of privatizing the sorted values). ``channel_matrix`` has
+    histogram equals that of privatizing the sorted values). One call simulates at most
+    2^40 users (``ValueError`` beyond: the hypergeometric sampler's floating-point
+    arithmetic would no longer follow the law); simulate more in parts and merge the
+    aggregators. ``channel_matrix`` has
     ``2**k`` columns (output o has bit j = ``(o >> j) & 1``), so it is only for small k.
 
     Examples

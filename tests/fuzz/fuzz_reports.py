@@ -1,0 +1,337 @@
+"""Fuzz: reports (``Aggregator.add``, ``Mechanism.estimate``, reports files, raw ``.npy``
+reports, ``ldpdist aggregate/estimate``).
+
+Report arrays of every dtype, shape, layout and value (valid reports with entries out of
+range, negative, huge, flipped bits and padding bits, broadcast views of more than 2^28
+rows that cost no memory), reports files (``LDPDREP1`` containers) with byte edits and with
+edited headers whose payload hash and fingerprint are recomputed (a forger's file reaches
+every check), raw ``.npy`` report files with edited headers and bytes, read with and without
+``--raw-reports``, and the command line on all of them. See _fuzzing.py for the property.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ldpdist
+from ldpdist.reports import REPORTS_MAGIC, decode_reports, encode_reports, read_reports
+from ldpdist.specs import fingerprint
+
+from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_aggregator, check_estimate,
+                      cli_attempt, decoder_arguments, edited_array, examples, json_text,
+                      lazy_huge_array, mutated_bytes, mutated_json_text, nasty_scalar,
+                      small_mechanism, try_estimate, u32, write_spec)
+
+ON_INVALID = st.sampled_from(["raise", "raise", "drop", "drop", "Drop", None, 1])
+
+
+def valid_reports(data, mech):
+    values = data.draw(st.lists(st.integers(0, mech.k - 1), max_size=16), label="values")
+    return privatize(mech, values, data.draw(st.integers(0, 2**32), label="seed"))
+
+
+@st.composite
+def bit_edits(draw, reports, mech):
+    """Packed rows with bits flipped: in the k bits (a subset of the wrong size for SS) or
+    in the padding after them."""
+    reports = reports.copy()
+    if reports.size == 0:
+        return reports
+    for _ in range(draw(st.integers(1, 4))):
+        row = draw(st.integers(0, reports.shape[0] - 1))
+        bit = draw(st.one_of(st.integers(0, 8 * reports.shape[1] - 1),
+                             st.integers(mech.output_size, 8 * reports.shape[1] - 1)
+                             if mech.output_size % 8 else st.just(0)))
+        reports[row, bit // 8] ^= np.uint8(0x80 >> (bit % 8))
+    return reports
+
+
+def report_input(data, mech, reports):
+    """An edited version of valid ``reports`` (an array of any kind, a list, a scalar)."""
+    width = reports.shape[1] if reports.ndim == 2 else None
+    kind = data.draw(st.sampled_from(["edited", "edited", "bits", "lazy", "keep"]), label="kind")
+    if kind == "lazy":
+        return data.draw(lazy_huge_array(width=width), label="reports")
+    if kind == "bits" and width is not None:
+        return data.draw(bit_edits(reports, mech), label="reports")
+    if kind == "keep":
+        return reports
+    high = 256 if width is not None else mech.output_size
+    return data.draw(edited_array(reports.astype(np.int64), high), label="reports")
+
+
+def counted_well(agg, mech, reports, on_invalid):
+    """An accepted add: invariants, and every report counted or (with drop) dropped."""
+    check_aggregator(agg, mech)
+    rows = int(np.shape(reports)[0])
+    if on_invalid == "raise":
+        assert agg.n == rows and agg.dropped == 0, (agg.n, agg.dropped, rows)
+    else:
+        assert agg.n + agg.dropped == rows, (agg.n, agg.dropped, rows)
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@FUZZ
+@given(data=st.data())
+def test_report_arrays(name, data):
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    reports = report_input(data, mech, valid_reports(data, mech))
+    on_invalid = data.draw(ON_INVALID, label="on_invalid")
+    agg = mech.aggregator()
+    ok, _ = attempt(agg.add, reports, on_invalid)
+    if ok:
+        counted_well(agg, mech, reports, on_invalid)
+        if agg.n:
+            try_estimate(agg, mech, data.draw(decoder_arguments(), label="decoder"))
+    else:
+        # a refused add changes nothing
+        assert agg.n == 0 and agg.dropped == 0 and not agg.counts.any() and not agg.batches
+    decoder, options = data.draw(decoder_arguments(), label="estimate decoder")
+    ok, estimate = attempt(mech.estimate, reports, decoder, on_invalid=on_invalid, **options)
+    if ok:
+        check_estimate(mech, estimate, decoder, options.get("sparsity"))
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@examples(0.5)
+@given(data=st.data())
+def test_add_arguments(name, data):
+    """batch_id, label and on_invalid of every type; the same batch twice."""
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    reports = valid_reports(data, mech)
+    agg = mech.aggregator()
+    batch_id = data.draw(st.one_of(st.none(), st.text(max_size=70), nasty_scalar()),
+                         label="batch_id")
+    label = data.draw(st.one_of(st.text(max_size=300), nasty_scalar()), label="label")
+    ok, _ = attempt(agg.add, reports, data.draw(ON_INVALID), batch_id=batch_id, label=label)
+    if ok:
+        check_aggregator(agg, mech)
+        again = ldpdist.Aggregator.from_bytes(agg.to_bytes())
+        assert again.batch_labels() == agg.batch_labels()
+        ok, _ = attempt(agg.add, reports, batch_id=batch_id)
+        assert not ok or batch_id is None, "the same batch id was counted twice"
+    ok, _ = attempt(mech.decode_string, reports, data.draw(nasty_scalar(), label="normalization"))
+
+
+# -- reports files ----------------------------------------------------------------------------
+
+
+def split_reports(blob):
+    """(header dict, payload bytes) of an intact reports file."""
+    (length,) = struct.unpack_from("<I", blob, 8)
+    offset = 12 + length
+    return json.loads(blob[12:offset]), blob[offset + (-offset % 64):]
+
+
+def pack_reports(header_bytes, payload, length=None, magic=REPORTS_MAGIC):
+    prefix = magic + u32(len(header_bytes) if length is None else length) + header_bytes
+    return prefix + b"\0" * (-len(prefix) % 64) + payload
+
+
+def batch_well_formed(batch, mech, data):
+    """A decoded batch: reports of the declared kind, counted (or refused) by an aggregator
+    of its spec."""
+    assert isinstance(batch, ldpdist.ReportBatch)
+    assert batch.reports.ndim == (2 if mech.report_kind == "bits" else 1)
+    agg = mech.aggregator()
+    ok, _ = attempt(agg.add, batch, data.draw(ON_INVALID, label="on_invalid"))
+    if ok:
+        check_aggregator(agg, mech)
+        if agg.n:
+            try_estimate(agg, mech, data.draw(decoder_arguments(), label="decoder"))
+
+
+def read_both_ways(blob, mech, data):
+    """decode_reports (bytes, bytearray or memoryview) and read_reports (a file), with and
+    without the expected mechanism: they agree, and accepted batches are well formed."""
+    expect = mech if data.draw(st.booleans(), label="expect") else None
+    as_type = data.draw(st.sampled_from([bytes, bytearray, memoryview]), label="type")
+    ok, batch = attempt(decode_reports, as_type(blob), expect=expect)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "r.ldpr")
+        with open(path, "wb") as handle:
+            handle.write(blob)
+        ok_file, from_file = attempt(read_reports, path, expect=expect)
+        assert ok == ok_file, (batch, from_file)
+        if ok:
+            assert from_file.batch_id == batch.batch_id
+            assert np.array_equal(np.asarray(from_file.reports), batch.reports)
+            used = expect if expect is not None else ldpdist.from_dict(batch.spec)
+            batch_well_formed(from_file, used, data)
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@FUZZ
+@given(data=st.data())
+def test_mutated_reports_file_bytes(name, data):
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    blob, _batch = encode_reports(mech, valid_reports(data, mech))
+    read_both_ways(data.draw(mutated_bytes(blob), label="mutated"), mech, data)
+
+
+def reports_header_edit(data, header):
+    header = dict(header)
+    kind = data.draw(st.sampled_from(["field", "dtype", "shape", "shape", "spec", "spec",
+                                      "delete", "extra"]), label="edit")
+    if kind in ("field", "delete") and not header:
+        kind = "extra"
+    if kind == "spec" and not isinstance(header.get("spec"), dict):
+        kind = "field"
+    if kind == "field":
+        header[data.draw(st.sampled_from(sorted(header)), label="field")] = data.draw(
+            nasty_scalar(numpy=False), label="value")
+    elif kind == "dtype":
+        header["dtype"] = data.draw(st.sampled_from(
+            ["|u1", "<u2", "<u4", "<u8", ">u8", "|i1", "<i8", "|b1", "<f8", "|O", "|V8",
+             "<U1", "u8", "", "<u16"]), label="dtype")
+    elif kind == "shape":
+        dims = st.one_of(st.sampled_from(HUGE_INTS + [0, 1, 2, 3]), nasty_scalar(numpy=False))
+        header["shape"] = data.draw(st.one_of(st.lists(dims, max_size=3), nasty_scalar(False)),
+                                    label="shape")
+    elif kind == "spec":
+        spec = header["spec"] = dict(header["spec"])
+        key = data.draw(st.sampled_from(sorted(spec) + ["bogus"]), label="spec field")
+        if data.draw(st.booleans(), label="delete spec field") and key in spec:
+            del spec[key]
+        else:
+            spec[key] = data.draw(st.one_of(nasty_scalar(numpy=False),
+                                            st.sampled_from(HUGE_INTS)), label="spec value")
+        if data.draw(st.booleans(), label="recompute fingerprint"):
+            try:
+                header["fingerprint"] = fingerprint(spec)
+            except ValueError:
+                pass
+            header["mechanism"] = spec.get("mechanism")
+    elif kind == "delete":
+        del header[data.draw(st.sampled_from(sorted(header)), label="deleted")]
+    else:
+        header[data.draw(st.text(max_size=5), label="key")] = data.draw(nasty_scalar(False))
+    return header
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@FUZZ
+@given(data=st.data())
+def test_edited_reports_headers(name, data):
+    """Headers edited and resealed: payload hash recomputed over a payload that may be
+    replaced (other values, other length), canonical JSON, length field as written or not."""
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    blob, _batch = encode_reports(mech, valid_reports(data, mech))
+    header, payload = split_reports(blob)
+    for _ in range(data.draw(st.integers(1, 3), label="edits")):
+        header = reports_header_edit(data, header)
+    payload_kind = data.draw(st.sampled_from(["keep", "keep", "random", "cut"]), label="payload")
+    if payload_kind == "random":
+        payload = data.draw(st.binary(max_size=200), label="new payload")
+    elif payload_kind == "cut":
+        payload = payload[:data.draw(st.integers(0, len(payload)))]
+    if data.draw(st.integers(0, 3), label="rehash") > 0 and isinstance(header, dict):
+        header["payload_sha256"] = hashlib.sha256(payload).hexdigest()
+    text = json_text(header)
+    if data.draw(st.integers(0, 4), label="text edit") == 0:
+        text = data.draw(mutated_json_text(text), label="text")
+    header_bytes = text.encode("utf-8", "surrogatepass")
+    length = data.draw(st.one_of(st.none(), st.sampled_from([0, 2**20 + 1, 2**32 - 1]),
+                                 st.integers(0, len(header_bytes) + 70)), label="length")
+    read_both_ways(pack_reports(header_bytes, payload, length), mech, data)
+
+
+@FUZZ
+@given(value=nasty_scalar())
+def test_decode_reports_of_other_types(value):
+    attempt(decode_reports, value)
+    attempt(decode_reports, b"LDPDREP1", expect=value)
+
+
+# -- raw .npy reports and the command line ----------------------------------------------------
+
+
+@st.composite
+def npy_file(draw, array):
+    """``np.save`` bytes of ``array``, then edits of its header or bytes."""
+    buffer = io.BytesIO()
+    try:
+        np.save(buffer, array, allow_pickle=draw(st.booleans()))
+    except (ValueError, TypeError):
+        np.save(buffer, np.zeros(3, np.uint8))
+    data = buffer.getvalue()
+    kind = draw(st.sampled_from(["keep", "keep", "header", "bytes", "fortran"]))
+    if kind in ("header", "fortran"):
+        end = 10 + int.from_bytes(data[8:10], "little")
+        header = data[10:end].decode("latin-1")
+        if kind == "fortran":
+            edit = ("False", "True")
+        else:
+            edit = draw(st.sampled_from([
+                ("'shape': (", "'shape': (" + str(draw(st.sampled_from(
+                    [0, 2**31, 2**40, 2**62, 2**63, 2**64, -1, 10**30]))) + ", "),
+                ("'descr': '", "'descr': '" + draw(st.sampled_from(
+                    ["|O", "<f8", ">u8", "|b1", "<U2", "|V3", "<i8", "|u1"])) + "' #"),
+                ("{", "{{"), ("{", "{" + "(" * 300), ("'shape'", "'shapes'"), (")", "))"),
+                ("'descr': ", "'descr': [('a', '<u4', (99999999999,))] #")]))
+        header = header.replace(*edit, 1)
+        body = header.encode("latin-1")[:end - 10].ljust(end - 10, b" ")[:-1] + b"\n"
+        data = data[:10] + body + data[end:]
+    elif kind == "bytes":
+        data = draw(mutated_bytes(data))
+    return data
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@examples(0.6)
+@given(data=st.data())
+def test_cli_on_reports_files(name, data):
+    """``ldpdist estimate`` and ``aggregate`` on mutated reports files and on raw .npy
+    arrays of any kind, with and without --raw-reports, --on-invalid drop."""
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    reports = valid_reports(data, mech)
+    if data.draw(st.booleans(), label="raw"):
+        array = report_input(data, mech, reports)
+        if not isinstance(array, np.ndarray) or array.nbytes > 2**24 or array.dtype.kind == "O":
+            array = reports  # np.save takes arrays of reasonable size
+        blob = data.draw(npy_file(array), label="npy")
+    else:
+        blob, _batch = encode_reports(mech, reports)
+        if data.draw(st.booleans(), label="mutate"):
+            blob = data.draw(mutated_bytes(blob), label="mutated")
+    flags = []
+    if data.draw(st.booleans(), label="--raw-reports"):
+        flags.append("--raw-reports")
+    if data.draw(st.booleans(), label="--on-invalid drop"):
+        flags += ["--on-invalid", "drop"]
+    decoder = data.draw(st.sampled_from(["raw", "normalize", "project", "ibu"]), label="decoder")
+    with tempfile.TemporaryDirectory() as folder:
+        spec = write_spec(folder, mech)
+        path = os.path.join(folder, data.draw(st.sampled_from(["r.ldpr", "r.npy", "r"]),
+                                              label="file name"))
+        with open(path, "wb") as handle:
+            handle.write(blob)
+        out = os.path.join(folder, "estimate.csv")
+        ok, _ = cli_attempt(["estimate", "--spec", spec, path, "--decoder", decoder, "-o", out]
+                            + flags)
+        if ok:
+            with open(out) as handle:
+                lines = handle.read().splitlines()
+            assert lines[0] == "value,probability" and len(lines) == mech.k + 1
+            assert np.isfinite([float(line.split(",")[1]) for line in lines[1:]]).all()
+        else:
+            assert not os.path.exists(out)
+        state = os.path.join(folder, "out.ldps")
+        inputs = [path] * data.draw(st.sampled_from([1, 1, 2]), label="copies")
+        ok, _ = cli_attempt(["aggregate", "--spec", spec, *inputs, "-o", state] + flags)
+        if ok:
+            assert len(inputs) == 1, "the same file was aggregated twice"
+            with open(state, "rb") as handle:
+                check_aggregator(ldpdist.Aggregator.from_bytes(handle.read()), mech)
+        else:
+            assert not os.path.exists(state)

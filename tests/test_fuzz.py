@@ -1,0 +1,145 @@
+"""The fuzz suite (tests/fuzz/fuzz_*.py), run by a plain ``pytest``.
+
+Each fuzz module runs in a child ``python -m pytest`` under the guards of a crash test:
+an address space of 4 GiB (``RLIMIT_AS``, so that an allocation the library does not
+declare to its memory guard fails instead of swapping), a memory budget of 1 GiB
+(``LDPDIST_MAX_MEMORY``) and a timeout. The test fails, with the child's output, when the
+child fails an example (an undocumented or unclear exception, a malformed result), is
+killed by a signal (a Rust abort is SIGABRT, a segfault SIGSEGV, the kernel's OOM killer
+SIGKILL), or does not finish in time (a hang; the child is killed). The guard itself is
+tested below on modules that abort and hang.
+
+Examples per property: ``LDPDIST_FUZZ_EXAMPLES`` (default 25, derandomized: the same
+examples on every run); ``LDPDIST_FUZZ_RANDOM=1`` draws new ones. The timeout grows with
+the example count. By hand, with more examples::
+
+    LDPDIST_FUZZ_EXAMPLES=1000 LDPDIST_FUZZ_RANDOM=1 python -m pytest tests/test_fuzz.py
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import resource
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+TESTS = pathlib.Path(__file__).resolve().parent
+FUZZ = TESTS / "fuzz"
+MODULES = ["fuzz_reports", "fuzz_specs", "fuzz_states", "fuzz_values"]
+ADDRESS_SPACE = 4 << 30
+EXAMPLES = int(os.environ.get("LDPDIST_FUZZ_EXAMPLES", "25"))
+TIMEOUT = 300.0 * max(1.0, EXAMPLES / 25)
+INSTALL = "python3 -m pip install '.[test]'  (or just: python3 -m pip install hypothesis)"
+
+try:
+    import hypothesis  # noqa: F401
+except ImportError:  # pragma: no cover - the test extra installs it
+    HYPOTHESIS_MISSING = True
+else:
+    HYPOTHESIS_MISSING = False
+
+
+def _limit_address_space() -> None:  # runs in the child, before exec
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def _tail(text: str, lines: int = 80) -> str:
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def run_guarded(path: pathlib.Path, timeout: float = TIMEOUT) -> str:
+    """Run the test module ``path`` in a guarded child pytest; its output when it passes,
+    otherwise fail naming what happened (failure, signal, hang)."""
+    env = dict(os.environ, LDPDIST_MAX_MEMORY="1G", PYTHONUNBUFFERED="1")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider"],
+        cwd=str(TESTS.parent), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace", preexec_fn=_limit_address_space, start_new_session=True)
+    try:
+        output, _ = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        output, _ = child.communicate()
+        pytest.fail(f"{path.name}: hang: no result after {timeout:.0f} s (killed)\n"
+                    f"{_tail(output)}", pytrace=False)
+    if child.returncode < 0:
+        name = signal.Signals(-child.returncode).name
+        pytest.fail(f"{path.name}: crash: the child was killed by {name}\n{_tail(output)}",
+                    pytrace=False)
+    if child.returncode != 0:
+        pytest.fail(f"{path.name}: failed (exit status {child.returncode})\n{output}",
+                    pytrace=False)
+    return output
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_fuzz_module(module):
+    if HYPOTHESIS_MISSING:
+        pytest.fail(f"the fuzz suite needs hypothesis, which is not installed; install the "
+                    f"test extra: {INSTALL}", pytrace=False)
+    output = run_guarded(FUZZ / f"{module}.py")
+    assert " passed" in output and " skipped" not in output, output
+
+
+def test_every_fuzz_module_is_run():
+    assert sorted(p.stem for p in FUZZ.glob("fuzz_*.py")) == MODULES
+
+
+# -- the guard itself ---------------------------------------------------------------------------
+
+
+def _module(tmp_path: pathlib.Path, body: str) -> pathlib.Path:
+    path = tmp_path / "fuzz_guard_check.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_guard_reports_an_abort_by_its_signal(tmp_path):
+    path = _module(tmp_path, """
+        import os
+
+        def test_abort():
+            os.abort()
+        """)
+    with pytest.raises(pytest.fail.Exception, match="crash: .* killed by SIGABRT"):
+        run_guarded(path)
+
+
+def test_guard_reports_a_hang(tmp_path):
+    path = _module(tmp_path, """
+        import time
+
+        def test_hang():
+            time.sleep(3600)
+        """)
+    with pytest.raises(pytest.fail.Exception, match="hang: no result after 3 s"):
+        run_guarded(path, timeout=3)
+
+
+def test_guard_limits_the_address_space(tmp_path):
+    path = _module(tmp_path, """
+        import resource
+
+        def test_limit():
+            assert resource.getrlimit(resource.RLIMIT_AS)[0] == 4 << 30
+            try:
+                bytearray(5 << 30)
+            except MemoryError:
+                return
+            raise AssertionError("5 GiB allocated under a 4 GiB address space")
+        """)
+    assert "1 passed" in run_guarded(path)
+
+
+def test_guard_reports_a_failing_example(tmp_path):
+    path = _module(tmp_path, """
+        def test_fails():
+            {}["missing"]
+        """)
+    with pytest.raises(pytest.fail.Exception, match="(?s)failed \\(exit status 1\\).*KeyError"):
+        run_guarded(path)
