@@ -50,7 +50,7 @@ from hypothesis import strategies as st  # noqa: E402
 import ldpdist  # noqa: E402
 from ldpdist.decoders import DECODERS  # noqa: E402
 from ldpdist.errors import CliError  # noqa: E402
-from ldpdist.specs import canonical_json, registered  # noqa: E402
+from ldpdist.specs import canonical_json, fingerprint, registered  # noqa: E402
 
 LIBRARY = pathlib.Path(ldpdist.__file__).resolve().parent
 MECHANISMS = sorted(registered())
@@ -608,3 +608,22 @@ def privatize(mech: Any, values: Any, seed: Any = None) -> Any:
     if getattr(mech, "randomized", True):
         return mech.privatize(values, seed=seed)
     return mech.privatize(values)
+
+
+def mutate_header_spec(data: Any, header: Dict[str, Any]) -> None:
+    """Edit one field of the spec embedded in a file header (states and reports files share
+    it): delete it, or set it to a nasty scalar or a huge integer; sometimes recompute the
+    fingerprint and mechanism so that only the deeper checks can catch the edit."""
+    spec = header["spec"] = dict(header["spec"])
+    key = data.draw(st.sampled_from(sorted(spec) + ["bogus"]), label="spec field")
+    if data.draw(st.booleans(), label="delete spec field") and key in spec:
+        del spec[key]
+    else:
+        spec[key] = data.draw(st.one_of(nasty_scalar(numpy=False),
+                                        st.sampled_from(HUGE_INTS)), label="spec value")
+    if data.draw(st.booleans(), label="recompute fingerprint"):
+        try:
+            header["fingerprint"] = fingerprint(spec)
+        except ValueError:
+            pass
+        header["mechanism"] = spec.get("mechanism")

@@ -25,12 +25,12 @@ from hypothesis import strategies as st
 
 import ldpdist
 from ldpdist.reports import REPORTS_MAGIC, decode_reports, encode_reports, read_reports
-from ldpdist.specs import fingerprint
 
-from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_aggregator, check_estimate,
-                      cli_attempt, decoder_arguments, edited_array, examples, json_text,
-                      lazy_huge_array, mutated_bytes, mutated_json_text, nasty_scalar,
-                      small_mechanism, try_estimate, u32, write_spec)
+from _fuzzing import (FUZZ, privatize, mutate_header_spec, HUGE_INTS, MECHANISMS, attempt,
+                      check_aggregator, check_estimate, cli_attempt, decoder_arguments,
+                      edited_array, examples, json_text, lazy_huge_array, mutated_bytes,
+                      mutated_json_text, nasty_scalar, small_mechanism, try_estimate, u32,
+                      write_spec)
 
 ON_INVALID = st.sampled_from(["raise", "raise", "drop", "drop", "Drop", None, 1])
 
@@ -199,19 +199,7 @@ def reports_header_edit(data, header):
         header["shape"] = data.draw(st.one_of(st.lists(dims, max_size=3), nasty_scalar(False)),
                                     label="shape")
     elif kind == "spec":
-        spec = header["spec"] = dict(header["spec"])
-        key = data.draw(st.sampled_from(sorted(spec) + ["bogus"]), label="spec field")
-        if data.draw(st.booleans(), label="delete spec field") and key in spec:
-            del spec[key]
-        else:
-            spec[key] = data.draw(st.one_of(nasty_scalar(numpy=False),
-                                            st.sampled_from(HUGE_INTS)), label="spec value")
-        if data.draw(st.booleans(), label="recompute fingerprint"):
-            try:
-                header["fingerprint"] = fingerprint(spec)
-            except ValueError:
-                pass
-            header["mechanism"] = spec.get("mechanism")
+        mutate_header_spec(data, header)
     elif kind == "delete":
         del header[data.draw(st.sampled_from(sorted(header)), label="deleted")]
     else:

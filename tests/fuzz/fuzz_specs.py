@@ -26,9 +26,9 @@ import ldpdist
 from ldpdist.reports import read_reports
 from ldpdist.specs import canonical_json, fingerprint, parse_json, registered
 
-from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_reports, cli_attempt,
-                      examples, json_text, large_spec, mutated_bytes, mutated_json_text,
-                      nasty_scalar, slow_bit_rows, small_spec)
+from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_reports,
+                      cli_attempt, examples, json_text, large_spec, mutated_bytes,
+                      mutated_json_text, nasty_scalar, slow_bit_rows, small_spec)
 
 NAMES = st.one_of(st.sampled_from(MECHANISMS), st.sampled_from(
     ["rr", "hr", "RANDOMIZEDRESPONSE", "Mechanism", "BitVectorMechanism", "", "Aggregator",

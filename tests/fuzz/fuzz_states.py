@@ -20,11 +20,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ldpdist
-from ldpdist.specs import canonical_json, fingerprint
+from ldpdist.specs import canonical_json
 
-from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_aggregator, cli_attempt,
-                      decoder_arguments, examples, json_text, mutated_bytes, mutated_json_text,
-                      nasty_scalar, sha256, small_mechanism, try_estimate, u32, u64_list)
+from _fuzzing import (FUZZ, privatize, mutate_header_spec, HUGE_INTS, MECHANISMS, attempt,
+                      check_aggregator, cli_attempt, decoder_arguments, examples, json_text,
+                      mutated_bytes, mutated_json_text, nasty_scalar, sha256, small_mechanism,
+                      try_estimate, u32, u64_list)
 
 MAGIC = b"LDPDAGG2"
 HEX = st.text("0123456789abcdef", min_size=64, max_size=64)
@@ -96,19 +97,7 @@ def header_edit(data, header):
         key = data.draw(st.sampled_from(sorted(header)), label="field")
         header[key] = data.draw(nasty_scalar(numpy=False), label="value")
     elif kind == "spec":
-        spec = header["spec"] = dict(header["spec"])
-        key = data.draw(st.sampled_from(sorted(spec) + ["bogus"]), label="spec field")
-        if data.draw(st.booleans(), label="delete spec field") and key in spec:
-            del spec[key]
-        else:
-            spec[key] = data.draw(st.one_of(nasty_scalar(numpy=False),
-                                            st.sampled_from(HUGE_INTS)), label="spec value")
-        if data.draw(st.booleans(), label="recompute fingerprint"):
-            try:
-                header["fingerprint"] = fingerprint(spec)
-            except ValueError:
-                pass
-            header["mechanism"] = spec.get("mechanism")
+        mutate_header_spec(data, header)
     elif kind == "delete":
         del header[data.draw(st.sampled_from(sorted(header)), label="deleted")]
     elif kind == "extra":

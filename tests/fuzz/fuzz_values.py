@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 import ldpdist
 from ldpdist.reports import read_reports
 
-from _fuzzing import (FUZZ, privatize, INTEGER_DTYPES, MECHANISMS, attempt, cast, check_aggregator,
-                      check_reports, cli_attempt, decoder_arguments, edited_array, examples,
-                      large_spec, lazy_huge_array, mutated_bytes, nasty_scalar, slow_bit_rows,
-                      small_mechanism, try_estimate, u64_list, write_spec)
+from _fuzzing import (FUZZ, privatize, INTEGER_DTYPES, MECHANISMS, attempt, cast,
+                      check_aggregator, check_reports, cli_attempt, decoder_arguments,
+                      edited_array, examples, large_spec, lazy_huge_array, mutated_bytes,
+                      nasty_scalar, slow_bit_rows, small_mechanism, try_estimate, u64_list,
+                      write_spec)
 
 SEEDS = st.one_of(st.none(), st.integers(0, 2**64), st.sampled_from([2**256 - 1, 2**256, -1]),
                   nasty_scalar())
