@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import ldpdist
+from ldpdist import privacy
 from ldpdist.decoders import iterative_bayesian_update
 from ldpdist.mechanisms.base import _REGISTRY
 from simulation_law import assert_simulate_is_exact_in_law
@@ -88,6 +89,25 @@ def test_channel_is_epsilon_ldp_and_realized_epsilon_is_exact(cls, k, epsilon):
     ratio = np.log(Q[:, used].max(axis=0) / Q[:, used].min(axis=0)).max()
     assert ratio <= epsilon + 1e-12
     assert ratio == pytest.approx(realized, abs=1e-9)
+
+
+@pytest.mark.parametrize("cls", PRIVATE, ids=[cls.__name__ for cls in PRIVATE])
+@pytest.mark.parametrize("k", [2, 7, 16])
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_channel_satisfies_the_budgets_it_promises(cls, k, epsilon):
+    """Every private mechanism, plain or context-aware: ``verify(channel, budgets())`` holds
+    (up to double-precision rounding), and ``realized_budgets()`` is the exact budget matrix
+    of the channel, never above the promise."""
+    mech = make(cls, k, epsilon)
+    Q = mech.channel_matrix()
+    promised = mech.budgets()
+    assert promised.shape == (k, k)
+    assert privacy.verify(Q, promised).satisfied(tolerance=1e-12)
+    realized = mech.realized_budgets()
+    np.testing.assert_allclose(realized, privacy.realized_budgets(Q), rtol=0, atol=1e-9)
+    assert (realized <= promised + 1e-12).all()
+    if not cls.context_aware:
+        np.testing.assert_allclose(promised, privacy.uniform_budgets(k, epsilon))
 
 
 @pytest.mark.parametrize("cls", NOT_PRIVATE, ids=[cls.__name__ for cls in NOT_PRIVATE])

@@ -26,13 +26,15 @@ ldpdist.reports
     Reports files that carry their spec's fingerprint and a batch id.
 ldpdist.specs
     Spec fingerprints, the mechanism registry and ``from_dict``.
+ldpdist.privacy
+    Context-aware privacy budgets (budget matrices), their exact verifier.
 ldpdist.memory
     The memory budget every large allocation is checked against.
 ldpdist.errors
     Exception classes.
 """
 
-from . import decoders, errors, kernels, mechanisms, memory, reports, specs
+from . import decoders, errors, kernels, mechanisms, memory, privacy, reports, specs
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
 from .reports import ReportBatch, read_reports, write_reports
@@ -63,6 +65,7 @@ __all__ = [
     "errors",
     "memory",
     "memory_limit",
+    "privacy",
     "read_reports",
     "reports",
     "set_memory_limit",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar, Dict, Optional, Tuple
 
 import numpy as np
 
-from .. import _core, memory
+from .. import _core, memory, privacy
 from .._validation import U64_MAX, as_array, exact_sum_u64, integer, real, seed_key, shown
 from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
@@ -99,6 +99,9 @@ class Mechanism:
     #: Whether reports use the client's own randomness (``privatize(values, seed=...)``).
     #: False when they are a deterministic function of the value and public randomness.
     randomized: ClassVar[bool] = True
+    #: Whether the promised budgets differ between pairs of inputs (context-aware LDP,
+    #: :mod:`ldpdist.privacy`); plain ε-LDP mechanisms promise ``uniform_budgets(k, ε)``.
+    context_aware: ClassVar[bool] = False
     #: The decoder names :meth:`estimate` accepts (see :mod:`ldpdist.decoders`).
     decoders: ClassVar[Tuple[str, ...]] = DECODERS
 
@@ -271,6 +274,19 @@ class Mechanism:
         """
         max_entries = integer(max_entries, "max_entries", minimum=1)
         return self._core.channel_matrix(max_entries)
+
+    def budgets(self) -> np.ndarray:
+        """The privacy budgets this mechanism promises, as a k × k budget matrix
+        (:mod:`ldpdist.privacy`): ``uniform_budgets(k, epsilon)`` for plain ε-LDP;
+        context-aware mechanisms override it."""
+        return privacy.uniform_budgets(self._k, self._epsilon)
+
+    def realized_budgets(self, max_entries: int = 2**24) -> np.ndarray:
+        """The exact budget matrix of the channel actually used
+        (``privacy.realized_budgets(channel_matrix())``), never above :meth:`budgets`
+        entrywise. Context-aware mechanisms compute it in closed form; here it needs the
+        channel, so it is refused past ``max_entries`` entries like :meth:`channel_matrix`."""
+        return privacy.realized_budgets(self.channel_matrix(max_entries=max_entries))
 
     def _prepare_reports(self, reports: Any, drop: bool) -> "tuple[np.ndarray, int]":
         """Reports as a contiguous unsigned array for the core, and how many negative

@@ -1,0 +1,295 @@
+"""Privacy budgets as data: context-aware LDP (papers/context-aware-ldp.txt, Section 2).
+
+A *budget matrix* ``E`` (k × k, float64) gives one budget per ordered pair of inputs: a
+channel ``Q`` (k × |Y|, ``Q[x, y] = Q(y | x)``, rows summing to 1) is **E-LDP** when
+
+    Q(y | x) ≤ e^{E[x, x']} · Q(y | x')      for all x, x', y.
+
+``E[x, x] = 0``; ``E[x, x'] ≥ 0``; ``+inf`` means "no constraint" for that ordered pair.
+Plain ε-LDP is :func:`uniform_budgets`; High-Low LDP (only a sensitive set is protected) is
+:func:`high_low_budgets`; block-structured LDP (ε inside a block, nothing across blocks) is
+:func:`block_budgets`. :func:`verify` finds the exact worst violation of a channel against a
+budget matrix; :func:`realized_budgets` is the smallest budget matrix a channel satisfies.
+
+Conventions: budgets are natural-log ε, rows of ``E`` index the *protected* input ``x`` of
+the inequality above (so ``E`` need not be symmetric: High-Low budgets are not).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from . import memory
+from ._validation import as_array, integer, real, shown
+
+__all__ = [
+    "Violation",
+    "verify",
+    "realized_budgets",
+    "check_budgets",
+    "uniform_budgets",
+    "high_low_budgets",
+    "block_budgets",
+    "block_labels",
+]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The worst violation of ``Q(y|x) ≤ e^{E[x, x']} Q(y|x')`` found by :func:`verify`.
+
+    Attributes
+    ----------
+    amount : float
+        ``max ln Q(y|x) − ln Q(y|x') − E[x, x']`` over the constrained triples (``E`` finite,
+        ``Q(y|x) > 0``), in nats: ``≤ 0`` means the channel is E-LDP; ``+inf`` means an
+        output possible under ``x`` is impossible under ``x'`` although ``E[x, x']`` is finite;
+        ``-inf`` means nothing is constrained (every off-diagonal budget infinite).
+    pair : (int, int) or None
+        ``(x, x')`` of the worst triple (the lexicographically first among exact ties), None
+        when nothing is constrained.
+    output : int or None
+        ``y`` of the worst triple.
+    """
+
+    amount: float
+    pair: Optional[Tuple[int, int]]
+    output: Optional[int]
+
+    def satisfied(self, tolerance: float = 0.0) -> bool:
+        """Whether the channel is E-LDP up to ``tolerance`` nats (``amount ≤ tolerance``).
+        A tolerance absorbs the rounding of probabilities computed in double precision
+        (about 1e-15 relative); it is never applied silently."""
+        return self.amount <= tolerance
+
+
+def _channel(Q: Any) -> np.ndarray:
+    array = as_array(Q, "Q")
+    if array.dtype != np.float64:
+        if array.dtype.kind in "iu" or not isinstance(Q, np.ndarray):
+            array = array.astype(np.float64)
+        else:
+            raise TypeError(f"Q must have dtype float64, got {array.dtype}")
+    if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
+        raise ValueError(f"Q must be a non-empty 2-D array (inputs × outputs), got shape "
+                         f"{array.shape}")
+    bad = ~np.isfinite(array) | (array < 0)
+    if bad.any():
+        x, y = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"Q must hold probabilities (finite, ≥ 0): Q[{x}, {y}] = {array[x, y]}")
+    return np.ascontiguousarray(array)
+
+
+def check_budgets(E: Any, k: Optional[int] = None) -> np.ndarray:
+    """``E`` as a C-contiguous float64 (k × k) array after checking that it is a budget
+    matrix: square (of size ``k`` when given), entries ≥ 0 or +inf (no NaN), zero diagonal.
+    Raises ``TypeError``/``ValueError`` naming the first offending entry."""
+    array = as_array(E, "budgets")
+    if array.dtype != np.float64:
+        if array.dtype.kind in "iu" or not isinstance(E, np.ndarray):
+            array = array.astype(np.float64)
+        else:
+            raise TypeError(f"budgets must have dtype float64, got {array.dtype}")
+    if array.ndim != 2 or array.shape[0] != array.shape[1] or array.shape[0] < 1:
+        raise ValueError(f"budgets must be a square k × k matrix, got shape {array.shape}")
+    if k is not None and array.shape[0] != k:
+        raise ValueError(f"budgets must be {k} × {k} (one row per input), got shape "
+                         f"{array.shape}")
+    bad = np.isnan(array) | (array < 0)
+    if bad.any():
+        x, y = (int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"budgets must be ≥ 0 or +inf: budgets[{x}, {y}] = {array[x, y]}")
+    diagonal = np.diagonal(array)
+    if (diagonal != 0).any():
+        x = int(np.argmax(diagonal != 0))
+        raise ValueError(f"budgets must have a zero diagonal: budgets[{x}, {x}] = "
+                         f"{diagonal[x]}")
+    return np.ascontiguousarray(array)
+
+
+def _log_channel(Q: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(Q)
+
+
+def verify(Q: Any, E: Any) -> Violation:
+    """The exact worst violation of E-LDP by the channel ``Q``.
+
+    Parameters
+    ----------
+    Q : array_like, shape (k, |Y|)
+        The channel, ``Q[x, y] = Q(y | x)`` (probabilities; rows need not be normalized).
+    E : array_like, shape (k, k)
+        A budget matrix (:func:`check_budgets`).
+
+    Returns
+    -------
+    Violation
+        ``amount ≤ 0`` iff ``Q`` is E-LDP (see :class:`Violation`).
+    """
+    Q = _channel(Q)
+    E = check_budgets(E, Q.shape[0])
+    k, outputs = Q.shape
+    memory.check("privacy.verify", [("the log channel", 8 * Q.size),
+                                    ("one row of pairwise maxima", 16 * k * outputs)])
+    L = _log_channel(Q)
+    best, where = -math.inf, None
+    with np.errstate(invalid="ignore"):
+        for x in range(k):
+            # excess[x', y] = ln Q(y|x) − ln Q(y|x'), −inf where Q(y|x) = 0 (no constraint).
+            excess = L[x][None, :] - L
+            excess[:, Q[x] == 0] = -math.inf
+            worst = excess.max(axis=1) - E[x]
+            worst[x] = -math.inf
+            worst[np.isinf(E[x])] = -math.inf
+            j = int(np.argmax(worst))
+            if worst[j] > best:
+                best, where = float(worst[j]), (x, j, int(np.argmax(excess[j])))
+    if where is None:
+        return Violation(-math.inf, None, None)
+    x, j, y = where
+    return Violation(best, (x, j), y)
+
+
+def realized_budgets(Q: Any) -> np.ndarray:
+    """The smallest budget matrix ``Q`` satisfies: ``E[x, x'] = max_y ln Q(y|x) − ln Q(y|x')``
+    over the outputs with ``Q(y|x) > 0`` (``+inf`` when one of them has ``Q(y|x') = 0``;
+    ``0`` on the diagonal). Shape (k, k), float64."""
+    Q = _channel(Q)
+    k, outputs = Q.shape
+    memory.check("privacy.realized_budgets", [("the budget matrix", 8 * k * k),
+                                              ("the log channel", 8 * Q.size),
+                                              ("one row of pairwise maxima", 16 * k * outputs)])
+    L = _log_channel(Q)
+    E = np.empty((k, k))
+    with np.errstate(invalid="ignore"):
+        for x in range(k):
+            excess = L[x][None, :] - L
+            excess[:, Q[x] == 0] = -math.inf
+            E[x] = np.maximum(excess.max(axis=1), 0.0)
+            E[x, x] = 0.0
+    return E
+
+
+def _epsilon(epsilon: Any) -> float:
+    value = real(epsilon, "epsilon")
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"epsilon must be ≥ 0 (or +inf), got {epsilon!r}")
+    return value
+
+
+def _budget_matrix(k: int, what: str) -> np.ndarray:
+    memory.check(what, [("the k × k budget matrix", 8 * k * k)])
+    return np.empty((k, k))
+
+
+def uniform_budgets(k: int, epsilon: float) -> np.ndarray:
+    """Plain ε-LDP: ``ε`` for every pair of distinct inputs, 0 on the diagonal. (k, k)."""
+    k = integer(k, "k", minimum=1)
+    epsilon = _epsilon(epsilon)
+    E = _budget_matrix(k, "uniform_budgets")
+    E.fill(epsilon)
+    np.fill_diagonal(E, 0.0)
+    return E
+
+
+def _sensitive_set(k: int, sensitive: Any) -> np.ndarray:
+    array = as_array(sensitive, "sensitive")
+    if array.size == 0:
+        array = array.astype(np.int64)
+    if array.dtype.kind not in "iu" or isinstance(sensitive, (str, bytes)):
+        raise TypeError(f"sensitive must be integer values in [0, {k}), got "
+                        f"{shown(sensitive)}")
+    if array.ndim != 1:
+        raise ValueError(f"sensitive must be one-dimensional, got shape {array.shape}")
+    out = (array < 0) | (array >= k)
+    if out.any():
+        i = int(np.argmax(out))
+        raise ValueError(f"sensitive values must lie in [0, {k}): sensitive[{i}] = {array[i]}")
+    values, first, counts = np.unique(array, return_index=True, return_counts=True)
+    if (counts > 1).any():
+        value = values[np.argmax(counts > 1)]
+        positions = np.flatnonzero(array == value)[:2].tolist()
+        raise ValueError(f"sensitive values must be distinct: {value} is repeated "
+                         f"(positions {positions[0]} and {positions[1]})")
+    return array.astype(np.int64)
+
+
+def high_low_budgets(k: int, sensitive: Any, epsilon: float) -> np.ndarray:
+    """(A, ε)-High-Low LDP (Section 5): only the sensitive inputs ``A`` are protected.
+    ``E[x, x'] = ε`` for ``x ∈ A`` and every ``x' ≠ x``; ``+inf`` on the rows of the other
+    inputs; 0 on the diagonal. ``sensitive``: distinct values in [0, k)."""
+    k = integer(k, "k", minimum=1)
+    A = _sensitive_set(k, sensitive)
+    epsilon = _epsilon(epsilon)
+    E = _budget_matrix(k, "high_low_budgets")
+    E.fill(math.inf)
+    E[A, :] = epsilon
+    np.fill_diagonal(E, 0.0)
+    return E
+
+
+def block_labels(blocks: Any, k: Optional[int] = None) -> np.ndarray:
+    """A partition of the inputs as one block label per input (int64, labels 0..m−1).
+
+    ``blocks`` is either a list of block sizes (each ≥ 1; block j holds the next ``k_j``
+    inputs, in order) or a label array (``blocks[x]`` = the block of input x, labels
+    0..m−1, each used). The two cannot be confused: sizes are all ≥ 1, while labels always
+    contain 0. With ``k`` given, the partition must cover exactly [0, k).
+    """
+    array = as_array(blocks, "blocks")
+    if array.size and (array.dtype.kind not in "iu" or isinstance(blocks, (str, bytes))):
+        raise TypeError(f"blocks must be integers (block sizes or labels), got "
+                        f"{shown(blocks)}")
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"blocks must be a non-empty 1-D list of block sizes or labels, "
+                         f"got shape {array.shape}")
+    if (array == 0).any():
+        return _labels(array, k)
+    return _sizes_to_labels(array, k)
+
+
+def _sizes_to_labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
+    if (array < 1).any():
+        j = int(np.argmax(array < 1))
+        raise ValueError(f"block sizes must be ≥ 1 (no empty blocks): blocks[{j}] = "
+                         f"{array[j]}")
+    total = int(array.astype(object).sum())
+    if k is not None and total != k:
+        raise ValueError(f"block sizes must add up to k = {k}, got {total}")
+    if total > 2**32:
+        raise ValueError(f"block sizes add up to {total}: more than 2^32 inputs")
+    return np.repeat(np.arange(array.size, dtype=np.int64), array.astype(np.int64))
+
+
+def _labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
+    if k is not None and array.size != k:
+        raise ValueError(f"block labels must have one entry per input (k = {k}), got "
+                         f"{array.size}")
+    if (array < 0).any():
+        i = int(np.argmax(array < 0))
+        raise ValueError(f"block labels must be ≥ 0: blocks[{i}] = {array[i]}")
+    used = np.unique(array)
+    if used[-1] != used.size - 1:
+        missing = int(np.setdiff1d(np.arange(used[-1] + 1), used)[0])
+        raise ValueError(f"block labels must be 0..m−1 with no empty block: label {missing} "
+                         f"is unused (largest label {used[-1]})")
+    return array.astype(np.int64)
+
+
+def block_budgets(blocks: Any, epsilon: float) -> np.ndarray:
+    """(P, ε)-block-structured LDP (Section 6): ``ε`` between distinct inputs of one block,
+    ``+inf`` across blocks, 0 on the diagonal. ``blocks``: block sizes or one label per
+    input (:func:`block_labels`)."""
+    labels = block_labels(blocks)
+    epsilon = _epsilon(epsilon)
+    k = labels.size
+    E = _budget_matrix(k, "block_budgets")
+    same = labels[:, None] == labels[None, :]
+    E[...] = np.where(same, epsilon, math.inf)
+    np.fill_diagonal(E, 0.0)
+    return E
