@@ -57,6 +57,34 @@ pub fn uninterrupted<T>(outcome: Result<T>) -> T {
     }
 }
 
+/// The two entry points of a computation written once as `WITH(args…, check)`, for `impl`
+/// blocks: `NAME` runs it with [`never`] (uninterruptible, so infallible) and `TRY_NAME` with
+/// [`check`] (returns `Error::Interrupted` once asked to stop).
+///
+/// ```ignore
+/// interruptible! {
+///     /// Unbiased estimate from the report histogram.
+///     pub fn estimate_raw / try_estimate_raw
+///         = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
+/// }
+/// ```
+macro_rules! interruptible {
+    ($($(#[$doc:meta])* pub fn $name:ident / $try_name:ident
+       = $with:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self, $($arg: $ty),*) -> $ret {
+            $crate::interrupt::uninterrupted(self.$with($($arg,)* &$crate::interrupt::never))
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name),
+                        "), stopping when interrupted (`crate::interrupt`).")]
+        pub fn $try_name(&self, $($arg: $ty),*) -> $crate::error::Result<$ret> {
+            self.$with($($arg,)* &$crate::interrupt::check)
+        }
+    )*};
+}
+pub(crate) use interruptible;
+
 #[cfg(test)]
 mod tests {
     use super::*;

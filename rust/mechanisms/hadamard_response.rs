@@ -29,7 +29,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::hadamard::{fwht_in_place, fwht_in_place_checked, Butterfly};
-use crate::interrupt::{self, uninterrupted, Check};
+use crate::interrupt::{interruptible, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{binomial, uniform_below_u64, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
@@ -213,14 +213,10 @@ impl HadamardResponse {
         }
     }
 
-    /// Unbiased estimate from the report histogram (length K, `n > 0`).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
-    }
-
-    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from the report histogram (length K, `n > 0`).
+        pub fn estimate_raw / try_estimate_raw
+            = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
     }
 
     /// Every |entry| of the block transforms is at most the number of reports: exact in i64.
@@ -236,15 +232,10 @@ impl HadamardResponse {
         Ok(self.estimate_from_transforms(|j, r| t[(j * self.b + r) as usize] as f64 / n))
     }
 
-    /// Unbiased estimate from report frequencies (length K), e.g. exact expectations.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
-    }
-
-    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
-    /// interrupted.
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from report frequencies (length K), e.g. exact expectations.
+        pub fn estimate_from_frequencies / try_estimate_from_frequencies
+            = try_estimate_from_frequencies_with(freq: &[f64]) -> Vec<f64>;
     }
 
     fn try_estimate_from_frequencies_with<C: Check>(
@@ -275,14 +266,10 @@ impl HadamardResponse {
             .collect()
     }
 
-    /// Expected report frequencies `Qᵀ dist` (length K), one FWHT per block.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
-    }
-
-    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
-    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
-        self.try_expected_frequencies_with(dist, &interrupt::check)
+    interruptible! {
+        /// Expected report frequencies `Qᵀ dist` (length K), one FWHT per block.
+        pub fn expected_frequencies / try_expected_frequencies
+            = try_expected_frequencies_with(dist: &[f64]) -> Vec<f64>;
     }
 
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -314,14 +301,10 @@ impl HadamardResponse {
             .collect()
     }
 
-    /// `Q w` (length k): `(Q w)_x = Σ_z Q(z|x) w_z`, the adjoint of `expected_frequencies`.
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
-    }
-
-    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
-    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
-        self.try_channel_apply_with(w, &interrupt::check)
+    interruptible! {
+        /// `Q w` (length k): `(Q w)_x = Σ_z Q(z|x) w_z`, the adjoint of `expected_frequencies`.
+        pub fn channel_apply / try_channel_apply
+            = try_channel_apply_with(w: &[f64]) -> Vec<f64>;
     }
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {

@@ -90,7 +90,7 @@ use super::{
     IndexMechanism, Operation, SimulationPhase,
 };
 use crate::error::{Error, Result};
-use crate::interrupt::{self, uninterrupted, Check};
+use crate::interrupt::{self, interruptible, uninterrupted, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{spread_uniform, uniform_below, BernoulliThreshold, Key, StreamRng};
 use rayon::prelude::*;
@@ -665,14 +665,10 @@ impl OptimizedLocalHashing {
         });
     }
 
-    /// Unbiased estimate from the report histogram (length g^{t+1}, `n = Σ counts > 0`).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
-    }
-
-    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from the report histogram (length g^{t+1}, `n = Σ counts > 0`).
+        pub fn estimate_raw / try_estimate_raw
+            = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
     }
 
     fn try_estimate_raw_with<C: Check>(
@@ -692,15 +688,10 @@ impl OptimizedLocalHashing {
             .collect())
     }
 
-    /// Unbiased estimate from report frequencies (length g^{t+1}, summing to 1).
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
-    }
-
-    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
-    /// interrupted.
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from report frequencies (length g^{t+1}, summing to 1).
+        pub fn estimate_from_frequencies / try_estimate_from_frequencies
+            = try_estimate_from_frequencies_with(freq: &[f64]) -> Vec<f64>;
     }
 
     fn try_estimate_from_frequencies_with<C: Check>(
@@ -717,15 +708,11 @@ impl OptimizedLocalHashing {
             .collect())
     }
 
-    /// Expected report frequencies `Qᵀ dist` (length g^{t+1}):
-    /// `(q·Σ dist + (p − q)·Σ_{x : h_A(x) = y} dist_x) / g^t`.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
-    }
-
-    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
-    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
-        self.try_expected_frequencies_with(dist, &interrupt::check)
+    interruptible! {
+        /// Expected report frequencies `Qᵀ dist` (length g^{t+1}):
+        /// `(q·Σ dist + (p − q)·Σ_{x : h_A(x) = y} dist_x) / g^t`.
+        pub fn expected_frequencies / try_expected_frequencies
+            = try_expected_frequencies_with(dist: &[f64]) -> Vec<f64>;
     }
 
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -739,15 +726,11 @@ impl OptimizedLocalHashing {
         Ok(m)
     }
 
-    /// `Q w` (length k): `(q·Σ w + (p − q)·Σ_A w[A·g + h_A(x)]) / g^t`, the adjoint of
-    /// [`expected_frequencies`](Self::expected_frequencies).
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
-    }
-
-    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
-    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
-        self.try_channel_apply_with(w, &interrupt::check)
+    interruptible! {
+        /// `Q w` (length k): `(q·Σ w + (p − q)·Σ_A w[A·g + h_A(x)]) / g^t`, the adjoint of
+        /// [`expected_frequencies`](Self::expected_frequencies).
+        pub fn channel_apply / try_channel_apply
+            = try_channel_apply_with(w: &[f64]) -> Vec<f64>;
     }
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {

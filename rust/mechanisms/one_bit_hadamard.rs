@@ -75,7 +75,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::hadamard::fwht_in_place_checked;
-use crate::interrupt::{self, uninterrupted, Check};
+use crate::interrupt::{self, interruptible, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{
     binomial, hypergeometric, par_fill_chunks, uniform_below_u64, BernoulliThreshold, Key,
@@ -328,14 +328,10 @@ impl OneBitHadamardResponse {
             .sum()
     }
 
-    /// Unbiased estimate from the report histogram (length 2K, module documentation).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
-    }
-
-    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from the report histogram (length 2K, module documentation).
+        pub fn estimate_raw / try_estimate_raw
+            = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
     }
 
     fn try_estimate_raw_with<C: Check>(
@@ -362,15 +358,10 @@ impl OneBitHadamardResponse {
         self.transform_statistics(statistic, |h| h * scale, check)
     }
 
-    /// Unbiased estimate from report frequencies (length 2K), e.g. exact expectations.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
-    }
-
-    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
-    /// interrupted.
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from report frequencies (length 2K), e.g. exact expectations.
+        pub fn estimate_from_frequencies / try_estimate_from_frequencies
+            = try_estimate_from_frequencies_with(freq: &[f64]) -> Vec<f64>;
     }
 
     fn try_estimate_from_frequencies_with<C: Check>(
@@ -428,14 +419,10 @@ impl OneBitHadamardResponse {
             .collect())
     }
 
-    /// Expected report frequencies `Qᵀ dist` (length 2K), one FWHT.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
-    }
-
-    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
-    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
-        self.try_expected_frequencies_with(dist, &interrupt::check)
+    interruptible! {
+        /// Expected report frequencies `Qᵀ dist` (length 2K), one FWHT.
+        pub fn expected_frequencies / try_expected_frequencies
+            = try_expected_frequencies_with(dist: &[f64]) -> Vec<f64>;
     }
 
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -465,14 +452,10 @@ impl OneBitHadamardResponse {
         Ok(out)
     }
 
-    /// `Q w` (length k): `(Q w)_x = Σ_r Q(r|x) w_r`, the adjoint of `expected_frequencies`.
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
-    }
-
-    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
-    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
-        self.try_channel_apply_with(w, &interrupt::check)
+    interruptible! {
+        /// `Q w` (length k): `(Q w)_x = Σ_r Q(r|x) w_r`, the adjoint of `expected_frequencies`.
+        pub fn channel_apply / try_channel_apply
+            = try_channel_apply_with(w: &[f64]) -> Vec<f64>;
     }
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
