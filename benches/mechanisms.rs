@@ -7,6 +7,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
+use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
@@ -41,6 +42,15 @@ fn bench_privatize(c: &mut Criterion) {
         let hr = HadamardResponse::new(K, eps).unwrap();
         group.bench_function(format!("hr/k10000_eps{eps}"), |b| {
             b.iter(|| privatize(&hr, &key, black_box(&xs), &mut out16).unwrap())
+        });
+    }
+    // The asymmetric binary mechanism (k = 2): one exact Bernoulli flip per user.
+    let bits: Vec<u32> = xs.iter().map(|&x| x & 1).collect();
+    let mut out8 = vec![0u8; n];
+    for (e01, e10) in [(0.5, 2.0), (f64::INFINITY, 1.0)] {
+        let abr = AsymmetricBinaryResponse::new(e01, e10).unwrap();
+        group.bench_function(format!("abr/eps01_{e01}_eps10_{e10}"), |b| {
+            b.iter(|| privatize(&abr, &key, black_box(&bits), &mut out8).unwrap())
         });
     }
     group.finish();

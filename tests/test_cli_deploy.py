@@ -114,6 +114,21 @@ def test_spec_parameters(tmp_path, capsys):
     assert ldpdist.from_dict(json.loads(out)) == ldpdist.OptimizedLocalHashing(50, 1.0, seed=9)
 
 
+def test_spec_of_the_asymmetric_binary_mechanism(capsys):
+    """Two budgets instead of --epsilon; k is 2 (--k 2 allowed); "inf" is no constraint and is
+    written as the string "inf" in the JSON spec."""
+    for extra in ([], ["--k", 2]):
+        out, err = ok(capsys, "spec", "abr", "--epsilon-01", 0.5, "--epsilon-10", "inf", *extra)
+        spec = json.loads(out)
+        assert spec["epsilon_10"] == "inf" and spec["epsilon_01"] == 0.5
+        mech = ldpdist.from_dict(spec)
+        assert mech == ldpdist.AsymmetricBinaryResponse(0.5, float("inf"))
+        assert mech.fingerprint[:16] in err
+    out, _ = ok(capsys, "spec", "AsymmetricBinaryResponse", "--epsilon-01", "INF",
+                "--epsilon-10", 0)
+    assert ldpdist.from_dict(json.loads(out)) == ldpdist.AsymmetricBinaryResponse("inf", 0.0)
+
+
 @pytest.mark.parametrize("argv, match", [
     (["cp", "--k", 100, "--epsilon", 1], "needs --m and --seed"),
     (["cp", "--k", 100, "--epsilon", 1, "--m", 10], "needs --seed"),
@@ -123,6 +138,18 @@ def test_spec_parameters(tmp_path, capsys):
     (["rr", "--k", 1, "--epsilon", 1], "k must be"),
     (["nosuch", "--k", 10, "--epsilon", 1], "unknown mechanism"),
     (["cp", "--k", 100, "--epsilon", 1, "--m", 1, "--seed", 1], "m must be"),
+    (["hr", "--epsilon", 1], "needs --k"),
+    (["abr", "--epsilon-01", 1], "needs --epsilon-10"),
+    (["abr"], "needs --epsilon-01 and --epsilon-10"),
+    (["abr", "--epsilon-01", 1, "--epsilon-10", 1, "--k", 3], "k = 2 (fixed)"),
+    (["abr", "--epsilon", 1, "--epsilon-01", 1, "--epsilon-10", 1], "--epsilon does not apply"),
+    (["abr", "--epsilon-01", -1, "--epsilon-10", 1], "epsilon_01 must be"),
+    (["abr", "--epsilon-01", 1, "--epsilon-10", "nan"], "epsilon_10 must be"),
+    (["abr", "--epsilon-01", 1, "--epsilon-10", 701], "too large"),
+    (["abr", "--epsilon-01", 1, "--epsilon-10", 1, "--m", 3], "--m does not apply"),
+    (["rr", "--k", 5, "--epsilon", 1, "--epsilon-01", 1], "--epsilon-01 does not apply"),
+    (["abr", "--epsilon-01", "1e400", "--epsilon-10", 1], "write 'inf'"),
+    (["abr", "--epsilon-01", "x", "--epsilon-10", 1], "a budget is a number"),
 ])
 def test_spec_errors(capsys, argv, match):
     fails(capsys, "spec", *argv, match=match)
@@ -164,11 +191,12 @@ FLOWS = [
     (["olh", "--k", 25, "--epsilon", 1.0, "--seed", 3], ["--decoder", "project"], {"decoder": "project"}),
     (["tsrappor", "--k", 40, "--epsilon", 2.0], ["--decoder", "two_stage_project", "--sparsity", 3],
      {"decoder": "two_stage_project", "sparsity": 3}),
+    (["abr", "--epsilon-01", 0.5, "--epsilon-10", "inf"], ["--decoder", "ibu"], {"decoder": "ibu"}),
 ]
 
 
 @pytest.mark.parametrize("spec_argv, estimate_argv, api_kwargs", FLOWS,
-                         ids=["hr", "rappor", "cp", "cp-paper", "ss", "olh", "tsrappor"])
+                         ids=["hr", "rappor", "cp", "cp-paper", "ss", "olh", "tsrappor", "abr"])
 def test_flow_matches_api(tmp_path, capsys, spec_argv, estimate_argv, api_kwargs):
     spec = make_spec(tmp_path, capsys, *spec_argv)
     mech = ldpdist.from_dict(json.loads(spec.read_text()))

@@ -30,6 +30,7 @@ CASES = {
     "TwoStageRAPPOR": dict(k=300, epsilon=1.0),
     "OneBitHadamardResponse": dict(k=3000, epsilon=1.0),
     "PublicCoinHashing": dict(k=3000, bits=3, seed=5),
+    "AsymmetricBinaryResponse": dict(epsilon_01=0.5, epsilon_10=2.0),  # k = 2
 }
 assert set(CASES) == set(ldpdist.specs.registered()), "a mechanism is missing from CASES"
 rng = np.random.default_rng(0)
@@ -47,7 +48,7 @@ for name, params in sorted(CASES.items()):
     out[name + "/counts"] = digest(agg.counts)
     out[name + "/simulate"] = digest(mech.simulate(np.bincount(values, minlength=k), seed=2).counts)
     for decoder in mech.decoders:
-        kwargs = {"sparsity": 20} if decoder in SPARSE_DECODERS else {}
+        kwargs = {"sparsity": min(20, k)} if decoder in SPARSE_DECODERS else {}
         if decoder == "ibu":
             kwargs = {"max_iter": 40}
         out[name + "/" + decoder] = digest(agg.estimate(decoder, **kwargs))
@@ -60,9 +61,9 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
                                            timeout=600))
             for threads in (1, 2, 4)}
     # reports, counts, simulate and one entry per decoder: 5 decoders for the classic
-    # six and one-bit HR, 4 for CP (no IBU), 7 for two-stage RAPPOR and public-coin
-    # hashing (the two-stage decoders too)
-    assert len(runs[1]) == 7 * 8 + 7 + 2 * 10
+    # six, one-bit HR and the asymmetric binary mechanism, 4 for CP (no IBU), 7 for
+    # two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
+    assert len(runs[1]) == 8 * 8 + 7 + 2 * 10
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

@@ -27,6 +27,9 @@ def build(name, k, epsilon):
     if name == "CompressivePrivatization":
         # The high-privacy construction accepts every ε (medium privacy needs ε ≤ ln m).
         return cls(k=max(k, 64), epsilon=epsilon, m=16, seed=1, regime="high")
+    if name == "AsymmetricBinaryResponse":
+        # k = 2, two budgets: ε and 0.75 ε (so epsilon = realized_epsilon's bound is ε).
+        return cls(epsilon_01=epsilon, epsilon_10=0.75 * epsilon)
     return cls(k=k, epsilon=epsilon)
 
 
@@ -171,7 +174,7 @@ def test_hadamard_response_with_more_than_2_pow_32_outputs_privatizes():
 def test_big_endian_reports_count_like_native_ones(name):
     """Once: big-endian unsigned reports were rejected as 'not unsigned integers'."""
     mech = build(name, 20, 1.0)
-    values = np.arange(20).repeat(3)
+    values = np.arange(mech.k).repeat(3)
     reports = mech.privatize(values, seed=2) if mech.randomized else mech.privatize(values)
     if reports.ndim == 1:
         swapped = reports.astype(reports.dtype.newbyteorder(">"))

@@ -38,6 +38,12 @@ MIXUPS = [
     ("other olh seed", ldpdist.OptimizedLocalHashing(30, 1.0, seed=1),
      ldpdist.OptimizedLocalHashing(30, 1.0, seed=2)),
     ("other bit mechanism", ldpdist.RAPPOR(20, 1.0), ldpdist.OptimizedUnaryEncoding(20, 1.0)),
+    ("exchanged budgets", ldpdist.AsymmetricBinaryResponse(0.5, 2.0),
+     ldpdist.AsymmetricBinaryResponse(2.0, 0.5)),
+    ("infinite vs finite budget", ldpdist.AsymmetricBinaryResponse(float("inf"), 1.0),
+     ldpdist.AsymmetricBinaryResponse(700.0, 1.0)),
+    ("binary vs randomized response", ldpdist.AsymmetricBinaryResponse(1.0, 1.0),
+     ldpdist.RandomizedResponse(2, 1.0)),
 ]
 MIXUP_IDS = [name for name, _, _ in MIXUPS]
 

@@ -11,7 +11,8 @@ SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilo
 OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
 (Algorithm 2 of the sparse-estimation paper)
 and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
-private)
+private). Context-aware (a budget per ordered pair of values, ``ldpdist.privacy``):
+AsymmetricBinaryResponse(epsilon_01, epsilon_10), the optimal binary mechanism.
 
 Modules
 -------
@@ -40,6 +41,7 @@ from .memory import memory_limit, set_memory_limit
 from .reports import ReportBatch, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
+    AsymmetricBinaryResponse,
     CompressivePrivatization,
     HadamardResponse,
     Mechanism,
@@ -58,6 +60,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Aggregator",
+    "AsymmetricBinaryResponse",
     "DuplicateBatchError",
     "IntegrityError",
     "ReportBatch",

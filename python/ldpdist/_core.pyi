@@ -69,6 +69,16 @@ class _Mechanism:
 class RandomizedResponse(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...
 
+class AsymmetricBinaryResponse(_Mechanism):
+    """k = 2; ``epsilon`` is max(epsilon_01, epsilon_10) and may be inf; ``probabilities()``
+    is the realized flips (Q(1|0), Q(0|1))."""
+
+    def __init__(self, epsilon_01: float, epsilon_10: float) -> None: ...
+    epsilon_01: float
+    epsilon_10: float
+    degenerate: bool
+    def realized_budgets(self) -> Tuple[float, float]: ...
+
 class HadamardResponse(_Mechanism):
     def __init__(self, k: int, epsilon: float, blocks: Optional[int] = None) -> None: ...
     shape: Tuple[int, int, int]

@@ -77,9 +77,31 @@ _SPEC_OPTIONS = {
     "regime": ("CompressivePrivatization",),
     "blocks": ("HadamardResponse",),
     "d": ("SubsetSelection",),
+    "epsilon_01": ("AsymmetricBinaryResponse",),
+    "epsilon_10": ("AsymmetricBinaryResponse",),
 }
 _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
-                     "PublicCoinHashing": ("bits", "seed")}
+                     "PublicCoinHashing": ("bits", "seed"),
+                     "AsymmetricBinaryResponse": ("epsilon_01", "epsilon_10")}
+# Mechanisms whose k is fixed (not a parameter): --k may be omitted, or must be that k.
+_FIXED_K = {"AsymmetricBinaryResponse": 2}
+# Mechanisms with a budget matrix instead of one ε (their own options give the budgets).
+_BUDGET_OPTIONS = {"AsymmetricBinaryResponse": "--epsilon-01 and --epsilon-10"}
+
+
+def _budget_option(text: str, option: str) -> Any:
+    """A budget on the command line: a number ≥ 0, or "inf" (no constraint); passed to the
+    mechanism as a float or the spec's string "inf" (the mechanism checks the value)."""
+    if text.strip().lower() in ("inf", "+inf", "infinity", "+infinity"):
+        return "inf"
+    try:
+        value = float(text)
+    except ValueError:
+        raise CliError(f"{option}: a budget is a number ≥ 0 or 'inf', got {text!r}") from None
+    if value == float("inf"):  # e.g. 1e400: say inf if that is what is meant
+        raise CliError(f"{option}: budget {text!r} overflows double precision; write 'inf' "
+                       "for no constraint")
+    return value
 _STDOUT = "-"
 
 
@@ -386,7 +408,17 @@ def _dropped_note(dropped: int) -> str:
 def cmd_spec(args: argparse.Namespace) -> int:
     name = mechanism_class(args.mechanism)
     kwargs: Dict[str, Any] = {"k": args.k}
-    if registered()[name].private:
+    if name in _FIXED_K:
+        if args.k is not None and args.k != _FIXED_K[name]:
+            raise CliError(f"{name} has k = {_FIXED_K[name]} (fixed), got --k {args.k}")
+        del kwargs["k"]
+    elif args.k is None:
+        raise CliError(f"{name} needs --k")
+    if name in _BUDGET_OPTIONS:
+        if args.epsilon is not None:
+            raise CliError(f"--epsilon does not apply to {name}: give its budgets with "
+                           f"{_BUDGET_OPTIONS[name]}")
+    elif registered()[name].private:
         if args.epsilon is None:
             raise CliError(f"{name} needs --epsilon")
         kwargs["epsilon"] = args.epsilon
@@ -397,11 +429,14 @@ def cmd_spec(args: argparse.Namespace) -> int:
         value = getattr(args, option)
         if value is None:
             continue
+        if option in ("epsilon_01", "epsilon_10"):
+            value = _budget_option(value, f"--{option.replace('_', '-')}")
         if name not in takers:
-            raise CliError(f"--{option} does not apply to {name} (it applies to "
-                           f"{', '.join(takers)})")
+            raise CliError(f"--{option.replace('_', '-')} does not apply to {name} (it "
+                           f"applies to {', '.join(takers)})")
         kwargs[option] = value
-    missing = [f"--{option}" for option in _REQUIRED_OPTIONS.get(name, ()) if option not in kwargs]
+    missing = [f"--{option.replace('_', '-')}" for option in _REQUIRED_OPTIONS.get(name, ())
+               if option not in kwargs]
     if missing:
         raise CliError(f"{name} needs {' and '.join(missing)}")
     try:
@@ -501,9 +536,17 @@ def register(subparsers: Any) -> None:
         description="Write the JSON spec of a mechanism (Mechanism.to_dict()).")
     p.add_argument("mechanism", metavar="MECHANISM",
                    help=f"short name or class name, case-insensitive ({names})")
-    p.add_argument("--k", type=int, required=True, help="number of possible values (>= 2)")
+    p.add_argument("--k", type=int,
+                   help="number of possible values (>= 2); required, except for abr (k = 2)")
     p.add_argument("--epsilon", type=float,
-                   help="privacy parameter (> 0); required, except for pch (not private)")
+                   help="privacy parameter (> 0); required, except for pch (not private) and "
+                        "abr (two budgets)")
+    p.add_argument("--epsilon-01", dest="epsilon_01", metavar="E01",
+                   help="abr (required): budget E[0,1], Q(y|0) <= e^E01 Q(y|1); a number >= 0 "
+                        "or 'inf' (no constraint)")
+    p.add_argument("--epsilon-10", dest="epsilon_10", metavar="E10",
+                   help="abr (required): budget E[1,0], Q(y|1) <= e^E10 Q(y|0); a number >= 0 "
+                        "or 'inf'")
     p.add_argument("--m", type=int, help="cp: number of possible reports (required)")
     p.add_argument("--seed", type=int,
                    help="cp, pch (required) / olh: public seed of the mechanism")

@@ -3,6 +3,7 @@
 //! and bit-vector mechanisms differ only in how reports are privatized and aggregated.
 
 use super::{key_from, run, run_long, slice, to_py};
+use crate::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -439,6 +440,45 @@ mechanism_class!(
 );
 
 mechanism_class!(
+    PyAsymmetricBinaryResponse,
+    AsymmetricBinaryResponse,
+    "AsymmetricBinaryResponse",
+    privatize_index,
+    aggregate_index,
+    {
+        #[new]
+        fn new(epsilon_01: f64, epsilon_10: f64) -> PyResult<Self> {
+            Ok(Self {
+                inner: AsymmetricBinaryResponse::new(epsilon_01, epsilon_10).map_err(to_py)?,
+            })
+        }
+
+        /// `E[0, 1]` as requested (+inf allowed).
+        #[getter]
+        fn epsilon_01(&self) -> f64 {
+            self.inner.epsilon_01()
+        }
+
+        /// `E[1, 0]` as requested (+inf allowed).
+        #[getter]
+        fn epsilon_10(&self) -> f64 {
+            self.inner.epsilon_10()
+        }
+
+        /// `(E[0, 1], E[1, 0])` of the channel used, in closed form.
+        fn realized_budgets(&self) -> (f64, f64) {
+            self.inner.realized_budgets()
+        }
+
+        /// Whether a budget is 0 (a constant report: nothing can be estimated).
+        #[getter]
+        fn degenerate(&self) -> bool {
+            self.inner.degenerate()
+        }
+    }
+);
+
+mechanism_class!(
     PyHadamardResponse,
     HadamardResponse,
     "HadamardResponse",
@@ -825,6 +865,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompressivePrivatization>()?;
     m.add_class::<PySubsetSelection>()?;
     m.add_class::<PyRandomizedResponse>()?;
+    m.add_class::<PyAsymmetricBinaryResponse>()?;
     m.add_class::<PyHadamardResponse>()?;
     m.add_class::<PyOptimizedLocalHashing>()?;
     m.add_class::<PyOneBitHadamardResponse>()?;

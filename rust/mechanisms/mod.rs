@@ -33,6 +33,8 @@
 //! * compressive privatization: `C_x` the +1 rows of column x, `h = n_x`,
 //!   `1 − α = (m·ρ(n_x) − n_x)/(m − n_x)` (0 for a column with no −1 or no +1 entries).
 //!
+//! (The asymmetric binary mechanism has two outputs and needs none of this: two binomials.)
+//!
 //! These weights are computed in double precision from the realized probabilities (an error
 //! of a few 1e−16, below the accuracy of the floating-point binomial sampler that uses them).
 //! Users being independent, the histogram is then
@@ -51,6 +53,7 @@
 //! k = 10^4 values take milliseconds); a simulation's memory is a few arrays of S counts
 //! (`Estimator::footprint`).
 
+pub mod asymmetric_binary;
 pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
@@ -1312,6 +1315,7 @@ macro_rules! impl_estimator {
 pub(crate) use impl_estimator;
 
 impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
+impl_estimator!(index asymmetric_binary::AsymmetricBinaryResponse, fallible);
 impl_estimator!(index hadamard_response::HadamardResponse, fallible);
 impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
 impl_estimator!(index compressive::CompressivePrivatization, fallible);

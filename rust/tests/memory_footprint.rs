@@ -6,6 +6,7 @@
 //! growth of the peak over the bytes live before the call must not exceed the declaration.
 //! One test function, so no other test allocates meanwhile.
 
+use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Regime};
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -166,6 +167,11 @@ fn declared_footprints_cover_the_allocations() {
                 CompressivePrivatization::new(k, 0.5, 64, key, kind, Regime::Auto, true).unwrap();
             failures.extend(check("CompressivePrivatization", &cp, users));
         }
+    }
+    // k = 2 whatever the budgets: vectors of 2 (the estimate, frequencies, counts).
+    for (e01, e10) in [(0.5, 2.0), (f64::INFINITY, 1.0)] {
+        let abr = AsymmetricBinaryResponse::new(e01, e10).unwrap();
+        failures.extend(check("AsymmetricBinaryResponse", &abr, 1_000_000));
     }
     failures.extend(aggregation_failures());
     failures.extend(public_coin_hashing_failures());

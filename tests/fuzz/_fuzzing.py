@@ -257,6 +257,10 @@ def try_estimate(agg_or_mech: Any, mech: Any, decoder_and_options: Tuple[str, Di
 # -- mechanisms ---------------------------------------------------------------------------------
 
 EPSILON = st.floats(0.05, 8.0)
+# A budget of a context-aware mechanism in a (JSON-safe) spec: ε, or the exact ends 0 (a
+# constant report: a degenerate mechanism that refuses to estimate) and +inf (no constraint,
+# the string "inf" in a spec; the float comes from the value edits, EDGE_FLOATS).
+BUDGET = st.one_of(EPSILON, EPSILON, st.sampled_from([0.0, "inf", 700.0, 1e-9]))
 
 
 @st.composite
@@ -267,6 +271,8 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
                 "m": 2 * draw(st.integers(2, 8)), "seed": draw(st.integers(0, 2**64)),
                 "matrix": draw(st.sampled_from(["balanced", "rademacher"])),
                 "regime": draw(st.sampled_from(["auto", "high"]))}
+    if name == "AsymmetricBinaryResponse":  # k = 2, not a parameter; two budgets
+        return {"epsilon_01": draw(BUDGET), "epsilon_10": draw(BUDGET)}
     k = draw(st.integers(2, 48))
     if name == "PublicCoinHashing":  # not private: no ε, a message length and a public seed
         return {"k": k, "bits": draw(st.integers(1, 31)), "seed": draw(st.integers(0, 2**63))}
@@ -568,6 +574,10 @@ MEDIUM_K = [1000, 2**16 + 1, 2**20]
 @st.composite
 def large_spec(draw: Any, name: str) -> Dict[str, Any]:
     """Spec dicts of ``name`` with a large or medium k (and m, blocks, d), valid or not."""
+    if name == "AsymmetricBinaryResponse":  # no size to make large: its budgets at the ends
+        return {"mechanism": name, "format": 1,
+                "epsilon_01": draw(st.sampled_from([0.0, 1e-9, 700.0, "inf"])),
+                "epsilon_10": draw(st.sampled_from([0.0, 0.5, 700.0, "inf", 1e300]))}
     large = draw(st.booleans(), label="large")
     k = draw(st.sampled_from(LARGE_K if large else MEDIUM_K), label="k")
     spec: Dict[str, Any] = {"mechanism": name, "format": 1, "k": k,

@@ -13,6 +13,7 @@ mechanism that round-trips through ``to_dict``. See _fuzzing.py for the property
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
@@ -46,23 +47,50 @@ def mechanism_well_formed(mech, spec=None):
     assert isinstance(mech.k, int) and 2 <= mech.k <= 2**32
     assert isinstance(mech.output_size, int) and mech.output_size >= 2
     private = getattr(mech, "private", True)
-    realized = mech.realized_epsilon if private else None
-    assert not private or (np.isfinite(realized) and realized > 0)
-    opted_out = getattr(mech, "_calibrate", True) is False
-    if private and not opted_out:
-        assert mech.epsilon * (1 - 1.01e-3) <= realized <= mech.epsilon * (1 + 1e-12), (
-            realized, mech.epsilon)
+    if private and mech.context_aware:
+        budgets_well_formed(mech)
+    else:
+        realized = mech.realized_epsilon if private else None
+        assert not private or (np.isfinite(realized) and realized > 0)
+        opted_out = getattr(mech, "_calibrate", True) is False
+        if private and not opted_out:
+            assert mech.epsilon * (1 - 1.01e-3) <= realized <= mech.epsilon * (1 + 1e-12), (
+                realized, mech.epsilon)
     repr(mech)
     if spec is not None:
         for key, value in spec.items():
             if key not in ("format",) and key in mech.to_dict() and value is not None:
-                # accepted values are kept as given (no silent cast or clip)
-                assert mech.to_dict()[key] == value, (key, value, mech.to_dict()[key])
+                # accepted values are kept as given (no silent cast or clip); an infinite
+                # budget is written "inf" (JSON has no infinity)
+                kept = mech.to_dict()[key]
+                assert kept == value or (kept == "inf" and value == math.inf), (key, value,
+                                                                                 kept)
     if mech.k <= 2**16:
         reports = privatize(mech, [0, mech.k - 1], 1)
         check_reports(mech, reports, 2)
+        if getattr(mech, "degenerate", False):  # a zero budget: a constant report
+            ok, refusal = attempt(mech.estimate, reports, "project")
+            assert not ok and "nothing can be estimated" in str(refusal), refusal
+            return
         estimate = mech.estimate(reports, "project")
         assert estimate.shape == (mech.k,) and abs(estimate.sum() - 1) < 1e-6
+
+
+def budgets_well_formed(mech):
+    """A context-aware mechanism: its realized budget matrix never exceeds the promise. The
+    asymmetric binary mechanism is tight on both budgets: each finite positive one of a
+    non-degenerate mechanism is realized within the shared rule's tolerance, and
+    ``epsilon`` / ``realized_epsilon`` are the largest entries."""
+    promised, realized = mech.budgets(), mech.realized_budgets()
+    assert promised.shape == realized.shape == (mech.k, mech.k)
+    assert (realized <= promised).all(), (realized, promised)
+    if type(mech).__name__ != "AsymmetricBinaryResponse":
+        return
+    assert mech.epsilon == promised.max() and mech.realized_epsilon == realized.max()
+    if mech.degenerate:
+        return
+    tight = np.isfinite(promised) & (promised > 0)
+    assert (realized[tight] >= promised[tight] * (1 - 1.01e-3)).all(), (realized, promised)
 
 
 def spec_edit(data, spec):
@@ -216,8 +244,8 @@ def test_cli_spec_files(name, data):
                 f"the command refused a spec that from_dict accepts: {refusal}"
 
 
-SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "RandomizedResponse",
-                      "Hadamardresponse", "xx", ""]
+SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "abr", "RandomizedResponse",
+                      "Hadamardresponse", "AsymmetricBinaryResponse", "xx", ""]
 NUMBERS = ["0", "1", "2", "-1", "3", "16", "1e400", "nan", "inf", "-inf", "0.5", "700",
            "700.1", "1e-320", "4294967296", "4294967297", "18446744073709551616", "1_0", "٣",
            "0x10", "", " 5", "9" * 5000]
@@ -230,8 +258,10 @@ def test_cli_spec_command(data):
     mechanism, or one error line."""
     argv = ["spec", data.draw(st.sampled_from(SPEC_COMMAND_NAMES), label="name")]
     for option in ("--k", "--epsilon", "--m", "--seed", "--blocks", "--d", "--matrix",
-                   "--regime"):
-        if option in ("--k", "--epsilon") or data.draw(st.integers(0, 3)) == 0:
+                   "--regime", "--epsilon-01", "--epsilon-10"):
+        required = ("--k", "--epsilon") if argv[1] not in ("abr", "AsymmetricBinaryResponse") \
+            else ("--epsilon-01", "--epsilon-10")
+        if option in required or data.draw(st.integers(0, 3)) == 0:
             value = data.draw(st.one_of(st.sampled_from(NUMBERS), st.integers().map(str),
                                         st.sampled_from(["balanced", "rademacher", "high",
                                                          "medium", "auto", "x"])),

@@ -123,6 +123,10 @@ def _simulate(args: argparse.Namespace) -> int:
         if missing:
             raise CliError(f"decoder {missing[0]!r} is not available for {name} (it has: "
                            f"{', '.join(cls.decoders)})")
+    budgeted = [name for name, cls in classes.items() if cls.context_aware]
+    if budgeted:
+        raise CliError(f"{', '.join(budgeted)} takes a budget matrix (context-aware LDP), not "
+                       "one epsilon: simulate it with the Python API (mech.simulate)")
     private = [name for name, cls in classes.items() if cls.private]
     public = [name for name, cls in classes.items() if not cls.private]
     if private and public:

@@ -4,6 +4,7 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 """
 
 from .aggregator import Aggregator
+from .asymmetric_binary import AsymmetricBinaryResponse
 from .base import BitVectorMechanism, Mechanism, from_dict
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
@@ -27,6 +28,7 @@ SHORT_NAMES = {
     "tsrappor": "TwoStageRAPPOR",
     "obhr": "OneBitHadamardResponse",
     "pch": "PublicCoinHashing",
+    "abr": "AsymmetricBinaryResponse",
 }
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "BitVectorMechanism",
     "Mechanism",
     "from_dict",
+    "AsymmetricBinaryResponse",
     "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
