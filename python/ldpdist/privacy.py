@@ -176,8 +176,13 @@ def realized_budgets(Q: Any) -> np.ndarray:
 
 
 def _epsilon(epsilon: Any) -> float:
+    """A budget: a real ≥ 0, or +inf (no constraint)."""
+    if isinstance(epsilon, (float, np.floating)) and not math.isfinite(epsilon):
+        if epsilon == math.inf:
+            return math.inf
+        raise ValueError(f"epsilon must be ≥ 0 (or +inf), got {epsilon!r}")
     value = real(epsilon, "epsilon")
-    if math.isnan(value) or value < 0:
+    if value < 0:
         raise ValueError(f"epsilon must be ≥ 0 (or +inf), got {epsilon!r}")
     return value
 
