@@ -30,8 +30,9 @@
 //! `H_{K_j}` differ in K_j/2 columns), so the realized budgets are exactly
 //! `ε_r = ln((1 − q)/q) = ln1p((1 − 2q)/q)` between distinct inputs of one block of size ≥ 2,
 //! +∞ across blocks (an output of one block is impossible from another), 0 on the diagonal;
-//! [`realized_epsilon`](BlockHadamardResponse::realized_epsilon) is `ε_r`, within ~1e−14·ε
-//! of ε (0 when every block is a singleton: no pair of inputs is constrained).
+//! [`realized_epsilon`](BlockHadamardResponse::realized_epsilon) is `ε_r`, below ε by about
+//! `2^−46·max(ε, 1)` (≈ 1.4e−14·max(ε, 1)). A partition whose blocks are all singletons is refused: no pair of inputs would be
+//! constrained (there would be no realized ε) and the reports would be the values.
 //!
 //! Equivalently `Q(offset_j + c | x) = (1 + (1 − 2q)·H(r, c))/K_j`.
 //!
@@ -249,6 +250,13 @@ impl BlockHadamardResponse {
             offset += outputs;
         }
         let regions = Self::regions_of(&blocks)?;
+        if regions.is_empty() {
+            return Err(Error::Value(format!(
+                "every block is a singleton ({k} blocks of one value): block-structured LDP \
+                 would constrain no pair of values and the reports would be the values \
+                 themselves; refused (give at least one block of two values or more)"
+            )));
+        }
         let flip = flip_probability(epsilon)?;
         let scaled = flip * 4_294_967_296.0; // exact: a power of two
         let top = scaled.floor();
@@ -321,11 +329,6 @@ impl BlockHadamardResponse {
         self.outputs as usize
     }
 
-    /// Whether some block has at least two inputs (some pair is constrained by ε).
-    pub fn has_private_block(&self) -> bool {
-        !self.regions.is_empty()
-    }
-
     /// `(1 − q, q)`: the probabilities of reporting inside and outside the own set, as
     /// realized (`1 − q` exact); per output of a block of `K_j` outputs, `(1 − q)/(K_j/2)` and
     /// `q/(K_j/2)`.
@@ -334,11 +337,8 @@ impl BlockHadamardResponse {
     }
 
     /// `ln((1 − q)/q)`: the exact budget the channel realizes between two inputs of one
-    /// block (≤ ε); 0 when every block is a singleton (no pair is constrained).
+    /// block (≤ ε; some block has two inputs or more, construction makes sure).
     pub fn realized_epsilon(&self) -> f64 {
-        if !self.has_private_block() {
-            return 0.0;
-        }
         ((1.0 - 2.0 * self.flip) / self.flip).ln_1p()
     }
 
@@ -1218,20 +1218,21 @@ mod tests {
                 "{eps}"
             );
         }
-        // Every block a singleton: no pair is constrained, the reports are the values.
-        let m = BlockHadamardResponse::from_sizes(&[1, 1, 1], 1.0).unwrap();
-        assert_eq!(m.realized_epsilon(), 0.0);
-        assert!(!m.has_private_block());
-        let values = [2u32, 0, 1, 1];
+        // Every block a singleton: no pair would be constrained; refused.
+        let e = message(BlockHadamardResponse::from_sizes(&[1, 1, 1], 1.0));
+        assert!(e.contains("every block is a singleton"), "{e}");
+        let e = message(BlockHadamardResponse::from_labels(&[1, 0], 1.0));
+        assert!(e.contains("every block is a singleton"), "{e}");
+        // Singletons beside a private block report their block, without noise.
+        let m = BlockHadamardResponse::from_sizes(&[1, 2, 1], 1.0).unwrap();
+        let values = [3u32, 0, 3, 0];
         let mut out = [0u8; 4];
         privatize(&m, &key_from_u64(1), &values, &mut out).unwrap();
-        assert_eq!(out, [2, 0, 1, 1]);
-        let est = m.estimate_raw(&[1, 2, 1], 4);
-        assert_eq!(est, vec![0.25, 0.5, 0.25]);
+        assert_eq!(out, [5, 0, 5, 0]);
         assert_eq!(
-            m.simulate(&key_from_u64(1), &[3, 0, 5]).unwrap(),
-            vec![3, 0, 5]
+            m.simulate(&key_from_u64(1), &[3, 0, 0, 5]).unwrap(),
+            [3, 0, 0, 0, 0, 5]
         );
-        assert_eq!(Estimator::realized_epsilon(&m), 0.0);
+        assert!(Estimator::realized_epsilon(&m) > 0.99);
     }
 }
