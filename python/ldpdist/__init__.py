@@ -11,7 +11,8 @@ SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilo
 OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
 (Algorithm 2 of the sparse-estimation paper)
 and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
-private)
+private). Context-aware LDP: BlockHadamardResponse(blocks, epsilon) (ε inside each block of a
+partition, the block in the clear)
 
 Modules
 -------
@@ -40,6 +41,7 @@ from .memory import memory_limit, set_memory_limit
 from .reports import ReportBatch, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
+    BlockHadamardResponse,
     CompressivePrivatization,
     HadamardResponse,
     Mechanism,
@@ -71,6 +73,7 @@ __all__ = [
     "set_memory_limit",
     "specs",
     "write_reports",
+    "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
     "InternalError",

@@ -5,6 +5,7 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 
 from .aggregator import Aggregator
 from .base import BitVectorMechanism, Mechanism, from_dict
+from .block_hadamard import BlockHadamardResponse
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
@@ -27,6 +28,7 @@ SHORT_NAMES = {
     "tsrappor": "TwoStageRAPPOR",
     "obhr": "OneBitHadamardResponse",
     "pch": "PublicCoinHashing",
+    "bhr": "BlockHadamardResponse",
 }
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "BitVectorMechanism",
     "Mechanism",
     "from_dict",
+    "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
