@@ -27,6 +27,8 @@ def build(name, k, epsilon):
     if name == "CompressivePrivatization":
         # The high-privacy construction accepts every ε (medium privacy needs ε ≤ ln m).
         return cls(k=max(k, 64), epsilon=epsilon, m=16, seed=1, regime="high")
+    if name == "BlockHadamardResponse":  # a partition of k: a singleton and two blocks
+        return cls([1, k // 2, k - 1 - k // 2], epsilon)
     return cls(k=k, epsilon=epsilon)
 
 

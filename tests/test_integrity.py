@@ -38,6 +38,12 @@ MIXUPS = [
     ("other olh seed", ldpdist.OptimizedLocalHashing(30, 1.0, seed=1),
      ldpdist.OptimizedLocalHashing(30, 1.0, seed=2)),
     ("other bit mechanism", ldpdist.RAPPOR(20, 1.0), ldpdist.OptimizedUnaryEncoding(20, 1.0)),
+    ("other blocks (bhr)", ldpdist.BlockHadamardResponse([4, 6, 6], 1.0),
+     ldpdist.BlockHadamardResponse([6, 4, 6], 1.0)),
+    ("other labels (bhr)", ldpdist.BlockHadamardResponse([0, 1] * 8, 1.0),
+     ldpdist.BlockHadamardResponse([0] * 8 + [1] * 8, 1.0)),
+    ("bhr vs hr", ldpdist.BlockHadamardResponse([20], 1.0), ldpdist.HadamardResponse(20, 1.0,
+                                                                                      blocks=1)),
 ]
 MIXUP_IDS = [name for name, _, _ in MIXUPS]
 

@@ -31,7 +31,7 @@ import re
 import resource
 import struct
 import traceback
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # The guards of tests/test_fuzz.py, also when a module is run by hand: a memory budget of
 # 1 GiB for the library, and an address space of 4 GiB for the process, so that an
@@ -196,7 +196,7 @@ def check_estimate(mech: Any, estimate: Any, decoder: str, sparsity: Any = None)
     if decoder != "raw":
         assert (estimate >= 0).all(), f"negative probability from {decoder}: {estimate}"
         assert abs(float(estimate.sum()) - 1.0) < 1e-6, f"{decoder} sums to {estimate.sum()}"
-    if decoder == "sparse_project":
+    if decoder == "sparse_project" and sparsity is not None:  # (None: the noise-level rule)
         assert np.count_nonzero(estimate) <= sparsity
 
 
@@ -262,6 +262,9 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
                 "matrix": draw(st.sampled_from(["balanced", "rademacher"])),
                 "regime": draw(st.sampled_from(["auto", "high"]))}
     k = draw(st.integers(2, 48))
+    if name == "BlockHadamardResponse":  # a partition of k values (not all singletons)
+        return {"blocks": draw(partition(k)), "epsilon": draw(EPSILON),
+                **({"k": k} if draw(st.booleans()) else {})}
     if name == "PublicCoinHashing":  # not private: no ε, a message length and a public seed
         return {"k": k, "bits": draw(st.integers(1, 31)), "seed": draw(st.integers(0, 2**63))}
     params: Dict[str, Any] = {"k": k, "epsilon": draw(EPSILON)}
@@ -276,6 +279,17 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
     elif name == "OptimizedLocalHashing":
         params["seed"] = draw(st.integers(0, 2**256 - 1))
     return params
+
+
+@st.composite
+def partition(draw: Any, k: int) -> List[int]:
+    """A partition of k ≥ 2 values with a block of two values or more, as block sizes or as
+    one label per value (labels 0..m−1 each used, in a random order)."""
+    m = draw(st.integers(1, k - 1), label="blocks")
+    labels = list(range(m)) + [draw(st.integers(0, m - 1)) for _ in range(k - m)]
+    if draw(st.booleans(), label="as sizes"):
+        return [labels.count(j) for j in range(m)]
+    return draw(st.permutations(labels), label="labels")
 
 
 def small_spec(name: str) -> st.SearchStrategy:
@@ -582,6 +596,16 @@ def large_spec(draw: Any, name: str) -> Dict[str, Any]:
             spec["d"] = d
     elif name == "OptimizedLocalHashing":
         spec["seed"] = draw(st.integers(0, 2**256 - 1))
+    elif name == "BlockHadamardResponse":
+        # k follows from the partition: a few sizes adding up to k (a list of k labels
+        # would be the large object itself), and sometimes a k that disagrees
+        m = draw(st.sampled_from([1, 2, 7]), label="blocks")
+        sizes = [k // m] * (m - 1) + [k - (k // m) * (m - 1)]
+        spec["blocks"] = sizes
+        if draw(st.booleans(), label="claimed k"):
+            spec["k"] = draw(st.sampled_from([k, k + 1]))
+        else:
+            del spec["k"]
     return spec
 
 
