@@ -866,7 +866,7 @@ mod tests {
         for (labels, eps) in [
             (interleaved(11, &[0, 1, 2, 1, 3, 0]), 0.5),
             (interleaved(40, &[0, 1, 1, 2, 2, 2, 3]), 2.0),
-            (vec![0, 1], 1.0),
+            (vec![1, 0, 1], 1.0),
         ] {
             let m = BlockHadamardResponse::from_labels(&labels, eps).unwrap();
             let k = m.k() as usize;
