@@ -8,6 +8,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
 use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
+use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
@@ -288,10 +289,71 @@ fn bench_one_bit_hadamard(c: &mut Criterion) {
     group.finish();
 }
 
+/// Block Hadamard Response at k = 10^4 with m = 10 and 100 equal blocks (K_j = 1024 and
+/// 128: 10 240 and 12 800 outputs, 16-bit reports) and with a partition of sizes
+/// 1, 2, 3, …: privatize 10^6 reports, decode the counts (one FWHT per block), aggregation
+/// + decoding of 10^7 reports, and simulate at n = 10^6 and 10^12.
+fn bench_block_hadamard(c: &mut Criterion) {
+    let n = 1_000_000;
+    let xs = values(n);
+    let key = key_from_u64(2);
+    let mut steps: Vec<u64> = (1..).take_while(|s| s * (s + 1) / 2 <= K).collect();
+    let covered: u64 = steps.iter().sum();
+    *steps.last_mut().unwrap() += K - covered;
+    let partitions = [
+        ("10blocks", vec![K / 10; 10]),
+        ("100blocks", vec![K / 100; 100]),
+        ("sizes1to140", steps),
+    ];
+    let mut group = c.benchmark_group("bhr");
+    for (name, sizes) in &partitions {
+        let bhr = BlockHadamardResponse::from_sizes(sizes, 1.0).unwrap();
+        let size = bhr.output_size_usize();
+        let mut out16 = vec![0u16; n];
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_function(format!("privatize/k10000_{name}_eps1"), |b| {
+            b.iter(|| privatize(&bhr, &key, black_box(&xs), &mut out16).unwrap())
+        });
+        privatize(&bhr, &key, &xs, &mut out16).unwrap();
+        let mut counts = vec![0u64; size];
+        aggregate(&out16, &mut counts, false).unwrap();
+        group.throughput(Throughput::Elements(K));
+        group.bench_function(format!("decode/k10000_{name}"), |b| {
+            b.iter(|| black_box(bhr.estimate_raw(black_box(&counts), n as u64)))
+        });
+        let true_counts = vec![100u64; K as usize];
+        group.throughput(Throughput::Elements(K * 100));
+        group.bench_function(format!("simulate/k10000_{name}_n1e6"), |b| {
+            b.iter(|| {
+                bhr.simulate(&key_from_u64(4), black_box(&true_counts))
+                    .unwrap()
+            })
+        });
+        let huge = vec![100_000_000u64; K as usize];
+        group.throughput(Throughput::Elements(K * 100_000_000));
+        group.bench_function(format!("simulate/k10000_{name}_n1e12"), |b| {
+            b.iter(|| bhr.simulate(&key_from_u64(4), black_box(&huge)).unwrap())
+        });
+    }
+    let bhr = BlockHadamardResponse::from_sizes(&partitions[1].1, 1.0).unwrap();
+    let reports_n = 10_000_000;
+    let mut reports = vec![0u16; reports_n];
+    privatize(&bhr, &key_from_u64(3), &values(reports_n), &mut reports).unwrap();
+    group.throughput(Throughput::Elements(reports_n as u64));
+    group.bench_function("aggregate_and_decode/k10000_100blocks_n1e7", |b| {
+        b.iter(|| {
+            let mut counts = vec![0u64; bhr.output_size_usize()];
+            aggregate(black_box(&reports), &mut counts, false).unwrap();
+            black_box(bhr.estimate_raw(&counts, reports_n as u64))
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
-        bench_public_coin_hashing
+        bench_public_coin_hashing, bench_block_hadamard
 }
 criterion_main!(benches);

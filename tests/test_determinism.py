@@ -31,6 +31,9 @@ CASES = {
     "OneBitHadamardResponse": dict(k=3000, epsilon=1.0),
     "PublicCoinHashing": dict(k=3000, bits=3, seed=5),
     "AsymmetricBinaryResponse": dict(epsilon_01=0.5, epsilon_10=2.0),  # k = 2
+    # singletons, blocks of 4, 1024 and 4096 outputs (the last transformed by the parallel
+    # FWHT), contiguous; tests/test_block_hadamard.py covers label partitions
+    "BlockHadamardResponse": dict(blocks=[1, 2, 3, 994, 1, 1999], epsilon=1.0),
 }
 assert set(CASES) == set(ldpdist.specs.registered()), "a mechanism is missing from CASES"
 rng = np.random.default_rng(0)
@@ -61,9 +64,9 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
                                            timeout=600))
             for threads in (1, 2, 4)}
     # reports, counts, simulate and one entry per decoder: 5 decoders for the classic
-    # six, one-bit HR and the asymmetric binary mechanism, 4 for CP (no IBU), 7 for
-    # two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
-    assert len(runs[1]) == 8 * 8 + 7 + 2 * 10
+    # six, one-bit HR, block HR and the asymmetric binary mechanism, 4 for CP (no IBU), 7
+    # for two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
+    assert len(runs[1]) == 9 * 8 + 7 + 2 * 10
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

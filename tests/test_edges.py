@@ -30,6 +30,8 @@ def build(name, k, epsilon):
     if name == "AsymmetricBinaryResponse":
         # k = 2, two budgets: ε and 0.75 ε (so epsilon = realized_epsilon's bound is ε).
         return cls(epsilon_01=epsilon, epsilon_10=0.75 * epsilon)
+    if name == "BlockHadamardResponse":  # a partition of k: a singleton and two blocks
+        return cls([1, k // 2, k - 1 - k // 2], epsilon)
     return cls(k=k, epsilon=epsilon)
 
 

@@ -44,6 +44,12 @@ MIXUPS = [
      ldpdist.AsymmetricBinaryResponse(700.0, 1.0)),
     ("binary vs randomized response", ldpdist.AsymmetricBinaryResponse(1.0, 1.0),
      ldpdist.RandomizedResponse(2, 1.0)),
+    ("other blocks (bhr)", ldpdist.BlockHadamardResponse([4, 6, 6], 1.0),
+     ldpdist.BlockHadamardResponse([6, 4, 6], 1.0)),
+    ("other labels (bhr)", ldpdist.BlockHadamardResponse([0, 1] * 8, 1.0),
+     ldpdist.BlockHadamardResponse([0] * 8 + [1] * 8, 1.0)),
+    ("bhr vs hr", ldpdist.BlockHadamardResponse([20], 1.0), ldpdist.HadamardResponse(20, 1.0,
+                                                                                      blocks=1)),
 ]
 MIXUP_IDS = [name for name, _, _ in MIXUPS]
 

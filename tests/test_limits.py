@@ -69,6 +69,11 @@ CASES = {
     "pch-k2^31-estimate-one-report":
         "m = ldpdist.PublicCoinHashing(2**31, 3, seed=1); "
         "outcome(lambda: m.estimate(m.privatize([5]), 'two_stage', sparsity=3))",
+    "bhr-k2^32-sizes":
+        "outcome(lambda: ldpdist.BlockHadamardResponse([2**31, 2**31], 1.0))",
+    "bhr-k2^27-estimate-one-report":
+        "m = ldpdist.BlockHadamardResponse([1, 2**26, 2**26 - 1], 1.0); "
+        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
     "olh-channel-products-k2^23":
         "m = ldpdist.OptimizedLocalHashing(2**23, 1.0); "
         "outcome(lambda: m.estimate(m.privatize(np.arange(10), seed=1), 'ibu', max_iter=1))",
@@ -166,6 +171,9 @@ INTERRUPTIBLE = {
     "simulate-one-bit-hadamard": "m = ldpdist.OneBitHadamardResponse(2**20, 0.5); "
                                  "c = np.zeros(2**20, np.uint64); c[:4096] = 10**9; "
                                  "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
+    "simulate-block-hadamard": "m = ldpdist.BlockHadamardResponse([2**21] * 16, 0.5); "
+                               "c = np.full(2**25, 10**6, np.uint64); "
+                               "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
     "estimate-hadamard": "m = ldpdist.HadamardResponse(2**26, 1.0); "
                          "go(lambda: [m.estimate(np.array([5], np.uint32)) for _ in range(20)])",
     "ibu-local-hashing": "m = ldpdist.OptimizedLocalHashing(2**22, 1.0); "

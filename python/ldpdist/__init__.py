@@ -11,8 +11,10 @@ SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilo
 OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
 (Algorithm 2 of the sparse-estimation paper)
 and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
-private). Context-aware (a budget per ordered pair of values, ``ldpdist.privacy``):
-AsymmetricBinaryResponse(epsilon_01, epsilon_10), the optimal binary mechanism.
+private). Context-aware LDP (a budget per ordered pair of values, ``ldpdist.privacy``):
+AsymmetricBinaryResponse(epsilon_01, epsilon_10), the optimal binary mechanism;
+BlockHadamardResponse(blocks, epsilon) (ε inside each block of a partition, the block in the
+clear)
 
 Modules
 -------
@@ -42,6 +44,7 @@ from .reports import ReportBatch, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
     AsymmetricBinaryResponse,
+    BlockHadamardResponse,
     CompressivePrivatization,
     HadamardResponse,
     Mechanism,
@@ -74,6 +77,7 @@ __all__ = [
     "set_memory_limit",
     "specs",
     "write_reports",
+    "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
     "InternalError",

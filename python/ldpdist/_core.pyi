@@ -83,6 +83,15 @@ class HadamardResponse(_Mechanism):
     def __init__(self, k: int, epsilon: float, blocks: Optional[int] = None) -> None: ...
     shape: Tuple[int, int, int]
 
+class BlockHadamardResponse(_Mechanism):
+    """Block Hadamard Response; the partition as sizes (uint64, contiguous blocks) or as one
+    label per value (uint32), exactly one of them."""
+    def __init__(self, epsilon: float, sizes: Optional[np.ndarray] = None,
+                 labels: Optional[np.ndarray] = None) -> None: ...
+    def layout(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(offsets, outputs K_j, values k_j) of the blocks, uint64 arrays of length m."""
+        ...
+
 class Rappor(_Mechanism):
     def __init__(self, k: int, epsilon: float) -> None: ...
 

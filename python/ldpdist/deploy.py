@@ -79,6 +79,8 @@ _SPEC_OPTIONS = {
     "d": ("SubsetSelection",),
     "epsilon_01": ("AsymmetricBinaryResponse",),
     "epsilon_10": ("AsymmetricBinaryResponse",),
+    "block_sizes": ("BlockHadamardResponse",),
+    "block_labels": ("BlockHadamardResponse",),
 }
 _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
                      "PublicCoinHashing": ("bits", "seed"),
@@ -87,6 +89,9 @@ _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
 _FIXED_K = {"AsymmetricBinaryResponse": 2}
 # Mechanisms with a budget matrix instead of one ε (their own options give the budgets).
 _BUDGET_OPTIONS = {"AsymmetricBinaryResponse": "--epsilon-01 and --epsilon-10"}
+# Mechanisms whose k follows from another option (the partition of BlockHadamardResponse);
+# --k is then optional and checked against it.
+_K_FROM = {"BlockHadamardResponse": ("block_sizes", "block_labels")}
 
 
 def _budget_option(text: str, option: str) -> Any:
@@ -253,24 +258,25 @@ def mechanism_class(name: str) -> str:
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
 
-def _bad_line(path: str, line_number: int, line: str) -> CliError:
+def _bad_line(path: str, line_number: int, line: str, what: str = "values file") -> CliError:
     stripped = line.strip()
     shown = stripped if len(stripped) <= 40 else stripped[:37] + "..."
     fields = [f for f in re.split(r"[,;\t ]+", stripped) if f]
     if len(fields) > 1:
-        why = (f"holds {len(fields)} fields; a values file holds one integer per line (one "
+        why = (f"holds {len(fields)} fields; a {what} holds one integer per line (one "
                "column, no separators)")
     else:
         why = "is not an integer"
-    return CliError(f"values file {path!r}, line {line_number}: {shown!r} {why}")
+    return CliError(f"{what} {path!r}, line {line_number}: {shown!r} {why}")
 
 
-def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
+def _parse_text_values(data: bytes, path: str,
+                       what: str = "values file") -> Tuple[np.ndarray, List[int]]:
     """One integer per non-blank line; returns the values and the line number of each."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CliError(f"values file {path!r} is not UTF-8 text: {_one_line(exc)}") from None
+        raise CliError(f"{what} {path!r} is not UTF-8 text: {_one_line(exc)}") from None
     values: List[int] = []
     lines: List[int] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
@@ -278,12 +284,12 @@ def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
         if not token:
             continue
         if not _INTEGER.match(token):
-            raise _bad_line(path, line_number, line)
+            raise _bad_line(path, line_number, line, what)
         # more than 19 significant digits is out of range (and int() refuses 4300)
         value = int(token) if len(token.lstrip("+-").lstrip("0")) <= 19 else None
         if value is None or not -2**63 <= value < 2**63:
             shown = token if len(token) <= 40 else token[:37] + "..."
-            raise CliError(f"values file {path!r}, line {line_number}: {shown} is out of range")
+            raise CliError(f"{what} {path!r}, line {line_number}: {shown} is out of range")
         values.append(value)
         lines.append(line_number)
     return np.array(values, dtype=np.int64), lines
@@ -404,16 +410,64 @@ def _dropped_note(dropped: int) -> str:
 # -- commands --------------------------------------------------------------------------------
 
 
+def parse_block_sizes(text: str) -> List[int]:
+    """``--block-sizes 10,10,80`` as a list of integers (their checks are the mechanism's)."""
+    fields = [field.strip() for field in str(text).split(",")]
+    if not all(_INTEGER.match(field) and len(field) <= 20 for field in fields):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise CliError(f"--block-sizes must be comma-separated integers (e.g. 10,10,80), got "
+                       f"{shown!r}")
+    return [int(field) for field in fields]
+
+
+def load_block_labels(path: str) -> np.ndarray:
+    """``--block-labels FILE``: one block label per value, as a values file (a .npy 1-D
+    integer array, or one integer per line); the labels' checks are the mechanism's."""
+    data = _read_bytes(path, "block labels file")
+    if data.startswith(NPY_MAGIC):
+        array = _load_npy(data, path, "block labels file")
+        if array.dtype.kind not in "iu" or array.ndim != 1:
+            raise CliError(f"block labels in {path!r} must be a 1-D integer array, got dtype "
+                           f"{array.dtype}, shape {array.shape}")
+    elif path.lower().endswith(".npy"):
+        raise CliError(f"block labels file {path!r} is not a readable .npy file (bad magic "
+                       "bytes)")
+    else:
+        array, _ = _parse_text_values(data, path, "block labels file")
+    if array.size == 0:
+        raise CliError(f"block labels file {path!r} holds no labels")
+    return array
+
+
+def _block_options(name: str, args: argparse.Namespace, kwargs: Dict[str, Any]) -> None:
+    """The partition of a mechanism whose k follows from it: exactly one of --block-sizes
+    and --block-labels, into ``kwargs["blocks"]``; --k, when given, is checked by the
+    mechanism (``k=``)."""
+    given = [option for option in _K_FROM[name] if getattr(args, option) is not None]
+    if len(given) != 1:
+        raise CliError(f"{name} needs its blocks: exactly one of --block-sizes (e.g. 10,10,80) "
+                       "and --block-labels FILE (one block label per value)")
+    option = given[0]
+    value = getattr(args, option)
+    kwargs["blocks"] = (parse_block_sizes(value) if option == "block_sizes"
+                        else load_block_labels(value))
+    if args.k is not None:
+        kwargs["k"] = args.k
+
+
 @_command
 def cmd_spec(args: argparse.Namespace) -> int:
     name = mechanism_class(args.mechanism)
-    kwargs: Dict[str, Any] = {"k": args.k}
-    if name in _FIXED_K:
+    kwargs: Dict[str, Any] = {}
+    if name in _K_FROM:
+        _block_options(name, args, kwargs)
+    elif name in _FIXED_K:
         if args.k is not None and args.k != _FIXED_K[name]:
             raise CliError(f"{name} has k = {_FIXED_K[name]} (fixed), got --k {args.k}")
-        del kwargs["k"]
     elif args.k is None:
-        raise CliError(f"{name} needs --k")
+        raise CliError(f"{name} needs --k (the number of possible values)")
+    else:
+        kwargs["k"] = args.k
     if name in _BUDGET_OPTIONS:
         if args.epsilon is not None:
             raise CliError(f"--epsilon does not apply to {name}: give its budgets with "
@@ -434,7 +488,8 @@ def cmd_spec(args: argparse.Namespace) -> int:
         if name not in takers:
             raise CliError(f"--{option.replace('_', '-')} does not apply to {name} (it "
                            f"applies to {', '.join(takers)})")
-        kwargs[option] = value
+        if name not in _K_FROM:
+            kwargs[option] = value
     missing = [f"--{option.replace('_', '-')}" for option in _REQUIRED_OPTIONS.get(name, ())
                if option not in kwargs]
     if missing:
@@ -537,7 +592,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("mechanism", metavar="MECHANISM",
                    help=f"short name or class name, case-insensitive ({names})")
     p.add_argument("--k", type=int,
-                   help="number of possible values (>= 2); required, except for abr (k = 2)")
+                   help="number of possible values (>= 2); required, except for abr (k = 2) "
+                        "and bhr (k follows from its blocks, checked when given)")
     p.add_argument("--epsilon", type=float,
                    help="privacy parameter (> 0); required, except for pch (not private) and "
                         "abr (two budgets)")
@@ -555,6 +611,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--regime", choices=REGIMES, help="cp: privacy regime")
     p.add_argument("--blocks", type=int, help="hr: number of blocks B")
     p.add_argument("--d", type=int, help="ss: subset size")
+    p.add_argument("--block-sizes", dest="block_sizes", metavar="K0,K1,...",
+                   help="bhr: sizes of the blocks, contiguous and in order (e.g. 10,10,80)")
+    p.add_argument("--block-labels", dest="block_labels", metavar="FILE",
+                   help="bhr: one block label per value (labels 0..m-1), a .npy 1-D integer "
+                        "array or one integer per line")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output file (default, or '-': standard output)")
     p.set_defaults(handler=cmd_spec)

@@ -246,6 +246,17 @@ def block_labels(blocks: Any, k: Optional[int] = None) -> np.ndarray:
     0..m−1, each used). The two cannot be confused: sizes are all ≥ 1, while labels always
     contain 0. With ``k`` given, the partition must cover exactly [0, k).
     """
+    sizes, labels = _partition(blocks, k)
+    if labels is not None:
+        return labels
+    memory.check("block_labels", [("one label per input", 8 * int(sizes.sum()))])
+    return np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+
+
+def _partition(blocks: Any, k: Optional[int] = None) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+    """The checks of :func:`block_labels`, without materializing labels that were not given:
+    ``(sizes, labels)``, the block sizes (int64, shape (m,)) and, when ``blocks`` is a label
+    array, the labels (int64, shape (k,); else None)."""
     array = as_array(blocks, "blocks")
     if array.size and (array.dtype.kind not in "iu" or isinstance(blocks, (str, bytes))):
         raise TypeError(f"blocks must be integers (block sizes or labels), got "
@@ -254,11 +265,12 @@ def block_labels(blocks: Any, k: Optional[int] = None) -> np.ndarray:
         raise ValueError(f"blocks must be a non-empty 1-D list of block sizes or labels, "
                          f"got shape {array.shape}")
     if (array == 0).any():
-        return _labels(array, k)
-    return _sizes_to_labels(array, k)
+        labels = _labels(array, k)
+        return np.bincount(labels), labels
+    return _sizes(array, k), None
 
 
-def _sizes_to_labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
+def _sizes(array: np.ndarray, k: Optional[int]) -> np.ndarray:
     if (array < 1).any():
         j = int(np.argmax(array < 1))
         raise ValueError(f"block sizes must be ≥ 1 (no empty blocks): blocks[{j}] = "
@@ -268,7 +280,7 @@ def _sizes_to_labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
         raise ValueError(f"block sizes must add up to k = {k}, got {total}")
     if total > 2**32:
         raise ValueError(f"block sizes add up to {total}: more than 2^32 inputs")
-    return np.repeat(np.arange(array.size, dtype=np.int64), array.astype(np.int64))
+    return array.astype(np.int64)
 
 
 def _labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
@@ -278,9 +290,11 @@ def _labels(array: np.ndarray, k: Optional[int]) -> np.ndarray:
     if (array < 0).any():
         i = int(np.argmax(array < 0))
         raise ValueError(f"block labels must be ≥ 0: blocks[{i}] = {array[i]}")
+    memory.check("block_labels", [("sorted and int64 copies of the labels", 24 * array.size)])
     used = np.unique(array)
     if used[-1] != used.size - 1:
-        missing = int(np.setdiff1d(np.arange(used[-1] + 1), used)[0])
+        # the smallest unused label: the first place where the sorted labels skip one
+        missing = int(np.argmax(used != np.arange(used.size)))
         raise ValueError(f"block labels must be 0..m−1 with no empty block: label {missing} "
                          f"is unused (largest label {used[-1]})")
     return array.astype(np.int64)

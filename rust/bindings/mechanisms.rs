@@ -4,6 +4,7 @@
 
 use super::{key_from, run, run_long, slice, to_py};
 use crate::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
+use crate::mechanisms::block_hadamard::BlockHadamardResponse;
 use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -502,6 +503,70 @@ mechanism_class!(
 );
 
 mechanism_class!(
+    PyBlockHadamardResponse,
+    BlockHadamardResponse,
+    "BlockHadamardResponse",
+    privatize_index,
+    aggregate_index,
+    {
+        /// The partition as block sizes (contiguous blocks, in order) or as one label per
+        /// value; exactly one of them.
+        #[new]
+        #[pyo3(signature = (epsilon, sizes=None, labels=None))]
+        fn new(
+            py: Python<'_>,
+            epsilon: f64,
+            sizes: Option<PyReadonlyArray1<'_, u64>>,
+            labels: Option<PyReadonlyArray1<'_, u32>>,
+        ) -> PyResult<Self> {
+            let inner = match (sizes, labels) {
+                (Some(sizes), None) => {
+                    let sizes = slice(&sizes, "sizes")?;
+                    let units = sizes.iter().fold(0u64, |t, &s| t.saturating_add(s));
+                    run_long(py, units, || {
+                        BlockHadamardResponse::from_sizes(sizes, epsilon)
+                    })?
+                }
+                (None, Some(labels)) => {
+                    let labels = slice(&labels, "labels")?;
+                    run_long(py, labels.len() as u64, || {
+                        BlockHadamardResponse::from_labels(labels, epsilon)
+                    })?
+                }
+                _ => {
+                    return Err(PyValueError::new_err(
+                        "give the blocks as sizes or as labels (exactly one)",
+                    ))
+                }
+            };
+            Ok(Self { inner })
+        }
+
+        /// `(offsets, outputs, values)` of the blocks (uint64 arrays of length m): the first
+        /// output of each block, its number of outputs K_j and of values k_j.
+        #[allow(clippy::type_complexity)]
+        fn layout<'py>(
+            &self,
+            py: Python<'py>,
+        ) -> (
+            Bound<'py, PyArray1<u64>>,
+            Bound<'py, PyArray1<u64>>,
+            Bound<'py, PyArray1<u64>>,
+        ) {
+            let blocks = self.inner.blocks();
+            let column = |f: fn(&crate::mechanisms::block_hadamard::Block) -> u64| {
+                blocks.iter().map(f).collect::<Vec<u64>>().into_pyarray(py)
+            };
+            (
+                column(|b| b.offset),
+                column(|b| b.outputs),
+                column(|b| b.values),
+            )
+        }
+    }
+);
+
+mechanism_class!(
     PyRappor,
     Rappor,
     "Rappor",
@@ -867,6 +932,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRandomizedResponse>()?;
     m.add_class::<PyAsymmetricBinaryResponse>()?;
     m.add_class::<PyHadamardResponse>()?;
+    m.add_class::<PyBlockHadamardResponse>()?;
     m.add_class::<PyOptimizedLocalHashing>()?;
     m.add_class::<PyOneBitHadamardResponse>()?;
     m.add_class::<PyRappor>()?;

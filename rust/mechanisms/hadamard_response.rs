@@ -377,7 +377,7 @@ impl HadamardResponse {
                     Ok(())
                 },
             )?;
-            self.own_sets_by_passes(key, &mut counts, &mut odd, chunk)?;
+            hadamard_passes(key, &mut counts, &mut odd, self.b, chunk, 0)?;
             uniform
         } else {
             let cells = as_atomic(&mut counts);
@@ -398,79 +398,11 @@ impl HadamardResponse {
         Ok(counts)
     }
 
-    /// The own-set reports of the kept counts placed at `even[j·b + r]`, by the Hadamard
-    /// passes (module documentation, "Simulation"); the result is left in `even`, and `odd`
-    /// (zero on entry) is zero again on return.
-    fn own_sets_by_passes(
-        &self,
-        key: &Key,
-        even: &mut [u64],
-        odd: &mut [u64],
-        chunk: usize,
-    ) -> Result<()> {
-        debug_assert!(chunk.is_power_of_two());
-        let bits = self.b.trailing_zeros();
-        let low = bits.min(chunk.trailing_zeros());
-        for beta in (low..bits).rev() {
-            let half = 1usize << beta;
-            let tasks_per_group = half / chunk;
-            even.par_chunks_mut(2 * half)
-                .zip(odd.par_chunks_mut(2 * half))
-                .enumerate()
-                .flat_map(|(group, (e, o))| {
-                    let (e0, e1) = e.split_at_mut(half);
-                    let (o0, o1) = o.split_at_mut(half);
-                    e0.par_chunks_mut(chunk)
-                        .zip(e1.par_chunks_mut(chunk))
-                        .zip(o0.par_chunks_mut(chunk).zip(o1.par_chunks_mut(chunk)))
-                        .enumerate()
-                        .map(move |(t, lanes)| (group * tasks_per_group + t, t * chunk, lanes))
-                })
-                .try_for_each(|(task, offset, ((e0, e1), (o0, o1)))| {
-                    crate::interrupt::check()?;
-                    let id = (beta as u64) << 40 | task as u64;
-                    let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
-                    for i in 0..e0.len() {
-                        butterfly(
-                            &mut rng,
-                            offset + i,
-                            &mut e0[i],
-                            &mut o0[i],
-                            &mut e1[i],
-                            &mut o1[i],
-                        );
-                    }
-                    Ok(())
-                })?;
-        }
-        // The bits below `low`: every chunk of `chunk` positions (or of whole blocks, when
-        // b is smaller) holds complete butterflies.
-        even.par_chunks_mut(chunk)
-            .zip(odd.par_chunks_mut(chunk))
-            .enumerate()
-            .try_for_each(|(task, (e, o))| {
-                crate::interrupt::check()?;
-                let id = LOW_PASSES << 40 | task as u64;
-                let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
-                for beta in (0..low).rev() {
-                    let half = 1usize << beta;
-                    for group in (0..e.len()).step_by(2 * half) {
-                        for i in 0..half {
-                            let (lo, hi) = (group + i, group + half + i);
-                            let (e0, e1) = pair(e, lo, hi);
-                            let (o0, o1) = pair(o, lo, hi);
-                            butterfly(&mut rng, i, e0, o0, e1, o1);
-                        }
-                    }
-                }
-                debug_assert!(o.iter().all(|&v| v == 0));
-                Ok(())
-            })
-    }
-
-    /// The v-th (0-based) w in `[0, b)` with `popcount(r & w)` of the given parity.
-    #[inline]
-    fn nth_with_parity(r: u64, v: u64, odd: bool) -> u64 {
+    /// The v-th (0-based) w in `[0, b)` with `popcount(r & w)` of the given parity (`r ≥ 1`;
+    /// `v < b/2`): v with a bit inserted at the lowest set bit of r, set so that the parity
+    /// is the one asked for. A bijection from `[0, b/2)`, so a uniform v gives a uniform w.
+    #[inline(always)]
+    pub(crate) fn nth_with_parity(r: u64, v: u64, odd: bool) -> u64 {
         let t = r.trailing_zeros();
         let low = v & ((1 << t) - 1);
         let w = ((v >> t) << (t + 1)) | low;
@@ -509,14 +441,91 @@ impl IndexMechanism for HadamardResponse {
 
 /// Expected own-set users per output from which a simulation uses the Hadamard passes
 /// (O(K log b) work whatever the counts) rather than drawing value by value (O(users)).
-const PASSES_ABOVE: f64 = 4.0;
+pub(crate) const PASSES_ABOVE: f64 = 4.0;
 
 /// Positions per task of the Hadamard passes.
-const PASS_CHUNK: usize = 1 << 12;
+pub(crate) const PASS_CHUNK: usize = 1 << 12;
 
 /// Stream-index tag of the passes over the bits below `log2 PASS_CHUNK` (the other passes
 /// use their bit number, below 64).
 const LOW_PASSES: u64 = 0xFF;
+
+/// The own-set reports of kept counts placed at `even[j·b + r]` (block j of `b` outputs, row
+/// r of `H_b`), by the Hadamard passes (module documentation, "Simulation"); the result is
+/// left in `even`, and `odd` (zero on entry, same length) is zero again on return. `even`
+/// holds whole blocks of `b` (a power of two ≥ 2); `chunk` (a power of two) positions per
+/// task. Task t of a pass draws from the `OwnSets` stream `pass << 40 | (first_task + t)`:
+/// callers that run the passes on several disjoint regions under one key give each region a
+/// `first_task` range of its own (Block Hadamard Response: the region's first output, which
+/// exceeds every task number of the regions before it); HR uses 0.
+pub(crate) fn hadamard_passes(
+    key: &Key,
+    even: &mut [u64],
+    odd: &mut [u64],
+    b: u64,
+    chunk: usize,
+    first_task: u64,
+) -> Result<()> {
+    debug_assert!(chunk.is_power_of_two() && b.is_power_of_two() && b >= 2);
+    debug_assert!(even.len() == odd.len() && even.len() as u64 % b == 0);
+    let bits = b.trailing_zeros();
+    let low = bits.min(chunk.trailing_zeros());
+    for beta in (low..bits).rev() {
+        let half = 1usize << beta;
+        let tasks_per_group = half / chunk;
+        even.par_chunks_mut(2 * half)
+            .zip(odd.par_chunks_mut(2 * half))
+            .enumerate()
+            .flat_map(|(group, (e, o))| {
+                let (e0, e1) = e.split_at_mut(half);
+                let (o0, o1) = o.split_at_mut(half);
+                e0.par_chunks_mut(chunk)
+                    .zip(e1.par_chunks_mut(chunk))
+                    .zip(o0.par_chunks_mut(chunk).zip(o1.par_chunks_mut(chunk)))
+                    .enumerate()
+                    .map(move |(t, lanes)| (group * tasks_per_group + t, t * chunk, lanes))
+            })
+            .try_for_each(|(task, offset, ((e0, e1), (o0, o1)))| {
+                crate::interrupt::check()?;
+                let id = (beta as u64) << 40 | (first_task + task as u64);
+                let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+                for i in 0..e0.len() {
+                    butterfly(
+                        &mut rng,
+                        offset + i,
+                        &mut e0[i],
+                        &mut o0[i],
+                        &mut e1[i],
+                        &mut o1[i],
+                    );
+                }
+                Ok(())
+            })?;
+    }
+    // The bits below `low`: every chunk of `chunk` positions (or of whole blocks, when
+    // b is smaller) holds complete butterflies.
+    even.par_chunks_mut(chunk)
+        .zip(odd.par_chunks_mut(chunk))
+        .enumerate()
+        .try_for_each(|(task, (e, o))| {
+            crate::interrupt::check()?;
+            let id = LOW_PASSES << 40 | (first_task + task as u64);
+            let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+            for beta in (0..low).rev() {
+                let half = 1usize << beta;
+                for group in (0..e.len()).step_by(2 * half) {
+                    for i in 0..half {
+                        let (lo, hi) = (group + i, group + half + i);
+                        let (e0, e1) = pair(e, lo, hi);
+                        let (o0, o1) = pair(o, lo, hi);
+                        butterfly(&mut rng, i, e0, o0, e1, o1);
+                    }
+                }
+            }
+            debug_assert!(o.iter().all(|&v| v == 0));
+            Ok(())
+        })
+}
 
 /// Two distinct elements of a slice, mutably (`lo < hi`).
 fn pair(s: &mut [u64], lo: usize, hi: usize) -> (&mut u64, &mut u64) {

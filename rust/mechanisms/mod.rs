@@ -54,6 +54,7 @@
 //! (`Estimator::footprint`).
 
 pub mod asymmetric_binary;
+pub mod block_hadamard;
 pub mod compressive;
 pub mod hadamard_response;
 pub mod local_hashing;
@@ -634,13 +635,27 @@ pub(crate) fn spread_interruptible(
 /// [`UNIFORM_OUTPUTS`] outputs (halving, with probabilities proportional to the chunk
 /// lengths), then every chunk spreads its users with its own stream, in parallel.
 pub(crate) fn add_uniform_reports(key: &Key, out: &mut [u64], users: u64) -> Result<()> {
+    add_uniform_reports_at(key, out, users, 0)
+}
+
+/// [`add_uniform_reports`] with the streams shifted by `first_stream`: the split over chunks
+/// uses the `UniformChunks` stream `first_stream`, chunk c the `Uniform` stream
+/// `first_stream + c`. A mechanism that draws several disjoint ranges of outputs under one
+/// key gives each range streams of its own (e.g. its first output: a range of L outputs
+/// uses fewer than L chunk streams).
+pub(crate) fn add_uniform_reports_at(
+    key: &Key,
+    out: &mut [u64],
+    users: u64,
+    first_stream: u64,
+) -> Result<()> {
     let size = out.len() as u64;
     if users == 0 || size == 0 {
         return Ok(());
     }
     let chunks = out.len().div_ceil(UNIFORM_OUTPUTS);
     let mut per_chunk = crate::memory::allocate_zeroed::<u64>(chunks, "uniform users per chunk")?;
-    let mut rng = simulation_stream(key, SimulationPhase::UniformChunks, 0);
+    let mut rng = simulation_stream(key, SimulationPhase::UniformChunks, first_stream);
     // Halving over whole chunks: [first, first + n) of `chunks` covers the outputs
     // [first·C, min((first + n)·C, size)).
     fn split(
@@ -679,7 +694,7 @@ pub(crate) fn add_uniform_reports(key: &Key, out: &mut [u64], users: u64) -> Res
         .enumerate()
         .try_for_each(|(c, (piece, &users))| {
             crate::interrupt::check()?;
-            let mut rng = simulation_stream(key, SimulationPhase::Uniform, c as u64);
+            let mut rng = simulation_stream(key, SimulationPhase::Uniform, first_stream + c as u64);
             spread_uniform(&mut rng, 0, piece.len() as u64, users, &mut |y, n| {
                 piece[y as usize] += n
             });
@@ -1317,6 +1332,7 @@ pub(crate) use impl_estimator;
 impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
 impl_estimator!(index asymmetric_binary::AsymmetricBinaryResponse, fallible);
 impl_estimator!(index hadamard_response::HadamardResponse, fallible);
+impl_estimator!(index block_hadamard::BlockHadamardResponse, fallible);
 impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
 impl_estimator!(index compressive::CompressivePrivatization, fallible);
 impl_estimator!(index one_bit_hadamard::OneBitHadamardResponse, fallible);

@@ -111,6 +111,22 @@ const SHUFFLE_NS_PER_USER: f64 = 40.0;
 const PASS_NS_PER_PAIR: f64 = 3.0;
 const PASS_NS_PER_DRAW: f64 = 250.0;
 
+/// The flip probability b of a binary choice made with odds `e^ε : 1` (module documentation,
+/// "Exact privacy"): the float of `1/(e^{ε'} + 1)`, `ε' = ε − 2^-46·max(ε, 1)`, raised by
+/// [`FLIP_MARGIN_ULPS`], so that `(1 − b)/b < e^ε` for the real numbers; `1 − b` is exact in
+/// floating point. Refused (ε too small) unless `b < 1/2`. Shared with Block Hadamard
+/// Response, whose report is inside or outside the user's own set with these odds.
+pub(crate) fn flip_probability(epsilon: f64) -> Result<f64> {
+    let shaded = epsilon - epsilon.max(1.0) * (-46f64).exp2();
+    let exact = 1.0 / (shaded.exp() + 1.0);
+    let flip = f64::from_bits(exact.to_bits() + FLIP_MARGIN_ULPS);
+    // The favoured outcome must stay more likely than the other.
+    if !(flip < 0.5) {
+        return Err(epsilon_too_small(epsilon));
+    }
+    Ok(flip)
+}
+
 #[derive(Clone, Debug)]
 pub struct OneBitHadamardResponse {
     k: u64,
@@ -138,13 +154,7 @@ impl OneBitHadamardResponse {
         check_domain(k)?;
         check_epsilon(epsilon)?;
         let log_groups = 64 - k.leading_zeros(); // K = 2^⌈log2(k+1)⌉ = 2^bits(k)
-        let shaded = epsilon - epsilon.max(1.0) * (-46f64).exp2();
-        let exact = 1.0 / (shaded.exp() + 1.0);
-        let flip = f64::from_bits(exact.to_bits() + FLIP_MARGIN_ULPS);
-        // Ones must stay more likely in a +1 group than in a −1 group.
-        if !(flip < 0.5) {
-            return Err(epsilon_too_small(epsilon));
-        }
+        let flip = flip_probability(epsilon)?;
         Ok(Self {
             k,
             epsilon,

@@ -7,6 +7,7 @@
 //! One test function, so no other test allocates meanwhile.
 
 use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
+use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
 use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Regime};
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -161,6 +162,30 @@ fn declared_footprints_cover_the_allocations() {
         failures.extend(check("OneBitHadamardResponse", &obhr, users));
         if k == 1000 {
             failures.extend(check("OneBitHadamardResponse", &obhr, 1_000_000_000_000));
+        }
+        // Block HR: blocks of sizes 1, 2, 3, … (singletons and many regions), ten equal
+        // blocks, one large block beside small ones, and a non-contiguous partition; by
+        // value (4k users) and by the passes (10^12 users).
+        let mut sizes: Vec<u64> = (1..).take_while(|s| s * (s + 1) / 2 <= k).collect();
+        let covered: u64 = sizes.iter().sum();
+        *sizes.last_mut().unwrap() += k - covered;
+        let labels: Vec<u32> = (0..k as u32).map(|x| x % 7 + (x % 3 == 0) as u32).collect();
+        let partitions = [
+            BlockHadamardResponse::from_sizes(&sizes, 1.0).unwrap(),
+            BlockHadamardResponse::from_sizes(&vec![k / 10; 10], 1.0).unwrap(),
+            BlockHadamardResponse::from_sizes(&[k - 10, 4, 6], 1.0).unwrap(),
+            BlockHadamardResponse::from_labels(&labels, 1.0).unwrap(),
+        ];
+        for bhr in &partitions {
+            failures.extend(check("BlockHadamardResponse", bhr, users));
+            failures.extend(check("BlockHadamardResponse", bhr, 1_000_000_000_000));
+        }
+        let used = peak_growth(|| BlockHadamardResponse::from_labels(&labels, 1.0).unwrap());
+        let declared = BlockHadamardResponse::construction_footprint(k, 8).bytes() as usize;
+        if used > declared + SLACK {
+            failures.push(format!(
+                "BlockHadamardResponse construction at k = {k}: {used} > {declared}"
+            ));
         }
         for kind in [MatrixKind::Balanced, MatrixKind::Rademacher] {
             let cp =

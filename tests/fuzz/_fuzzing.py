@@ -36,7 +36,7 @@ import re
 import resource
 import struct
 import traceback
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 # The guards of tests/test_fuzz.py, also when a module is run by hand: a memory budget of
 # 1 GiB for the library, and an address space of 4 GiB for the process, so that an
@@ -202,7 +202,7 @@ def check_estimate(mech: Any, estimate: Any, decoder: str, sparsity: Any = None)
     if decoder != "raw":
         assert (estimate >= 0).all(), f"negative probability from {decoder}: {estimate}"
         assert abs(float(estimate.sum()) - 1.0) < 1e-6, f"{decoder} sums to {estimate.sum()}"
-    if decoder == "sparse_project" and sparsity is not None:  # CP may choose the support
+    if decoder == "sparse_project" and sparsity is not None:  # None: CP or the rule chose s
         assert np.count_nonzero(estimate) <= sparsity
 
 
@@ -274,6 +274,9 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
     if name == "AsymmetricBinaryResponse":  # k = 2, not a parameter; two budgets
         return {"epsilon_01": draw(BUDGET), "epsilon_10": draw(BUDGET)}
     k = draw(st.integers(2, 48))
+    if name == "BlockHadamardResponse":  # a partition of k values (not all singletons)
+        return {"blocks": draw(partition(k)), "epsilon": draw(EPSILON),
+                **({"k": k} if draw(st.booleans()) else {})}
     if name == "PublicCoinHashing":  # not private: no ε, a message length and a public seed
         return {"k": k, "bits": draw(st.integers(1, 31)), "seed": draw(st.integers(0, 2**63))}
     params: Dict[str, Any] = {"k": k, "epsilon": draw(EPSILON)}
@@ -288,6 +291,17 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
     elif name == "OptimizedLocalHashing":
         params["seed"] = draw(st.integers(0, 2**256 - 1))
     return params
+
+
+@st.composite
+def partition(draw: Any, k: int) -> List[int]:
+    """A partition of k ≥ 2 values with a block of two values or more, as block sizes or as
+    one label per value (labels 0..m−1 each used, in a random order)."""
+    m = draw(st.integers(1, k - 1), label="blocks")
+    labels = list(range(m)) + [draw(st.integers(0, m - 1)) for _ in range(k - m)]
+    if draw(st.booleans(), label="as sizes"):
+        return [labels.count(j) for j in range(m)]
+    return draw(st.permutations(labels), label="labels")
 
 
 def small_spec(name: str) -> st.SearchStrategy:
@@ -598,6 +612,16 @@ def large_spec(draw: Any, name: str) -> Dict[str, Any]:
             spec["d"] = d
     elif name == "OptimizedLocalHashing":
         spec["seed"] = draw(st.integers(0, 2**256 - 1))
+    elif name == "BlockHadamardResponse":
+        # k follows from the partition: a few sizes adding up to k (a list of k labels
+        # would be the large object itself), and sometimes a k that disagrees
+        m = draw(st.sampled_from([1, 2, 7]), label="blocks")
+        sizes = [k // m] * (m - 1) + [k - (k // m) * (m - 1)]
+        spec["blocks"] = sizes
+        if draw(st.booleans(), label="claimed k"):
+            spec["k"] = draw(st.sampled_from([k, k + 1]))
+        else:
+            del spec["k"]
     return spec
 
 

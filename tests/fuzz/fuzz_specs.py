@@ -24,6 +24,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ldpdist
+from ldpdist import privacy
 from ldpdist.reports import read_reports
 from ldpdist.specs import canonical_json, fingerprint, parse_json, registered
 
@@ -59,6 +60,11 @@ def mechanism_well_formed(mech, spec=None):
     repr(mech)
     if spec is not None:
         for key, value in spec.items():
+            if key == "blocks" and mech.context_aware:
+                # the partition is kept as the same partition (its spec: the sizes when the
+                # blocks are contiguous, canonical for a stable fingerprint)
+                assert np.array_equal(privacy.block_labels(value), mech.labels), (key, value)
+                continue
             if key not in ("format",) and key in mech.to_dict() and value is not None:
                 # accepted values are kept as given (no silent cast or clip); an infinite
                 # budget is written "inf" (JSON has no infinity)
@@ -244,8 +250,11 @@ def test_cli_spec_files(name, data):
                 f"the command refused a spec that from_dict accepts: {refusal}"
 
 
-SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "abr", "RandomizedResponse",
-                      "Hadamardresponse", "AsymmetricBinaryResponse", "xx", ""]
+SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "abr", "bhr",
+                      "RandomizedResponse", "Hadamardresponse", "AsymmetricBinaryResponse", "xx",
+                      ""]
+BLOCK_SIZES = ["2,3", "1,1", "3", "1,1,2", "0,1", "2,-1", "2;3", "2,,3", " 2, 3 ", "4294967296,1",
+               "9" * 30]
 NUMBERS = ["0", "1", "2", "-1", "3", "16", "1e400", "nan", "inf", "-inf", "0.5", "700",
            "700.1", "1e-320", "4294967296", "4294967297", "18446744073709551616", "1_0", "٣",
            "0x10", "", " 5", "9" * 5000]
@@ -258,11 +267,12 @@ def test_cli_spec_command(data):
     mechanism, or one error line."""
     argv = ["spec", data.draw(st.sampled_from(SPEC_COMMAND_NAMES), label="name")]
     for option in ("--k", "--epsilon", "--m", "--seed", "--blocks", "--d", "--matrix",
-                   "--regime", "--epsilon-01", "--epsilon-10"):
+                   "--regime", "--epsilon-01", "--epsilon-10", "--block-sizes"):
         required = ("--k", "--epsilon") if argv[1] not in ("abr", "AsymmetricBinaryResponse") \
             else ("--epsilon-01", "--epsilon-10")
         if option in required or data.draw(st.integers(0, 3)) == 0:
             value = data.draw(st.one_of(st.sampled_from(NUMBERS), st.integers().map(str),
+                                        st.sampled_from(BLOCK_SIZES),
                                         st.sampled_from(["balanced", "rademacher", "high",
                                                          "medium", "auto", "x"])),
                               label=option)

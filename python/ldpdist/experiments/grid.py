@@ -21,7 +21,8 @@ COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "suppor
 # short name -> class name; the CSV and the plots use the short (upper-case) names
 _MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
-           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR"}
+           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR",
+           "bhr": "Block HR"}
 # mechanisms without privacy (and without ε)
 _NOT_PRIVATE = ("pch",)
 # the mechanism parameter shown in curve labels
@@ -124,6 +125,13 @@ def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int
         return cls(k, epsilon, m, seed)
     if key == "olh":
         return cls(k, epsilon, seed=seed % 2**63, **dict(params))
+    if key == "bhr":
+        # A partition of the k values is part of the mechanism: a preset gives it as
+        # ("blocks", sizes or labels); the generic grids have none.
+        if "blocks" not in dict(params):
+            raise ValueError("block Hadamard response (bhr) needs its blocks (a partition of "
+                             "the values): not available in a grid without them")
+        return cls(dict(params)["blocks"], epsilon, k=k)
     return cls(k, epsilon, **dict(params))
 
 

@@ -6,6 +6,7 @@ Every class implements the interface of :class:`~ldpdist.mechanisms.base.Mechani
 from .aggregator import Aggregator
 from .asymmetric_binary import AsymmetricBinaryResponse
 from .base import BitVectorMechanism, Mechanism, from_dict
+from .block_hadamard import BlockHadamardResponse
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
 from .local_hashing import OptimizedLocalHashing
@@ -29,6 +30,7 @@ SHORT_NAMES = {
     "obhr": "OneBitHadamardResponse",
     "pch": "PublicCoinHashing",
     "abr": "AsymmetricBinaryResponse",
+    "bhr": "BlockHadamardResponse",
 }
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "Mechanism",
     "from_dict",
     "AsymmetricBinaryResponse",
+    "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
     "OptimizedLocalHashing",
