@@ -21,11 +21,12 @@ COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "suppor
 # short name -> class name; the CSV and the plots use the short (upper-case) names
 _MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
-           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR"}
+           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR",
+           "hlhr": "HL-HR", "bhr": "Block HR", "abr": "ABR"}
 # mechanisms without privacy (and without ε)
 _NOT_PRIVATE = ("pch",)
 # the mechanism parameter shown in curve labels
-_PARAMETER_LABELS = {"bits": "ℓ"}
+_PARAMETER_LABELS = {"bits": "ℓ", "sensitive": "s", "blocks": "m"}
 
 
 def mechanism_label(name: str, params: Tuple[Tuple[str, Any], ...] = ()) -> str:
@@ -106,6 +107,12 @@ def _seed_int(*entropy: int) -> int:
     return sum(int(w) << (32 * j) for j, w in enumerate(words))
 
 
+def equal_blocks(k: int, m: int) -> List[int]:
+    """m block sizes ⌊k/m⌋ or ⌈k/m⌉ (the larger first) adding up to k."""
+    base, extra = divmod(k, m)
+    return [base + 1] * extra + [base] * (m - extra)
+
+
 def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int], seed: int,
                     params: Tuple[Tuple[str, Any], ...] = ()):
     import ldpdist
@@ -124,6 +131,10 @@ def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int
         return cls(k, epsilon, m, seed)
     if key == "olh":
         return cls(k, epsilon, seed=seed % 2**63, **dict(params))
+    if key == "hlhr":  # preset parameter: the number s of sensitive values, the first s
+        return cls(k, epsilon, sensitive=np.arange(int(dict(params)["sensitive"])))
+    if key == "bhr":  # preset parameter: the number m of (nearly) equal blocks
+        return cls(equal_blocks(k, int(dict(params)["blocks"])), epsilon)
     return cls(k, epsilon, **dict(params))
 
 
@@ -317,6 +328,8 @@ class Preset:
     tiny_m: Optional[int] = None
     tiny_distributions: Tuple[str, ...] = ()    # default: the quick ones
     notes: str = ""
+    #: a figure of its own instead of the generic one ("context_aware": commands._FIGURES)
+    figure: str = ""
     log_x: bool = True               # the x axis is logarithmic
     x: str = "n"                     # x axis: "n" (users) or "support" (size of p's support)
 
