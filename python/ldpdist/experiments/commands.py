@@ -12,6 +12,7 @@ from typing import Any, List
 from ..decoders import ALL_DECODERS, SPARSE_DECODERS
 from ..mechanisms import SHORT_NAMES
 from ..errors import CliError
+from . import context_aware
 from .distributions import parse_distribution
 from .grid import Interrupted, Point, make_points, mechanism_key, run_grid, split_decoder
 from .plotting import _METRIC_LABEL, plot
@@ -68,8 +69,13 @@ def _prepare_out(out: str) -> str:
     return out
 
 
+# Presets with a figure of their own (``Preset.figure``): (rows, png path, title) -> text
+# printed after the paths (the extra files it wrote, a summary)
+_FIGURES = {"context_aware": context_aware.plot}
+
+
 def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, metric: str,
-             title: str, log_x: bool = True, x: str = "n") -> int:
+             title: str, log_x: bool = True, x: str = "n", custom: str = "") -> int:
     out = _prepare_out(out)
     csv_path = os.path.join(out, f"{name}.csv")
     png_path = os.path.join(out, f"{name}.png")
@@ -80,7 +86,10 @@ def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, met
     except Interrupted as exc:
         rows, interrupted = exc.rows, exc
     write_csv(rows, csv_path)
-    if rows:
+    summary = ""
+    if rows and custom:
+        summary = _FIGURES[custom](rows, png_path, title=title)
+    elif rows:
         plot(rows, png_path, metric=metric, title=title, log_x=log_x, x=x)
     elapsed = time.perf_counter() - start
     if interrupted is not None:
@@ -89,6 +98,8 @@ def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, met
               f"points; {saved}", file=sys.stderr)
         return 130
     print(f"wrote {csv_path} ({len(rows)} rows) and {png_path} in {elapsed:.1f} s")
+    if summary:
+        print(summary)
     return 0
 
 
@@ -106,7 +117,7 @@ def _reproduce(args: argparse.Namespace) -> int:
              + (f" ({preset.notes})" if preset.notes else "")
              + (" [tiny: test grid]" if args.tiny else " [quick]" if args.quick else ""))
     return _execute(preset.points(), args.preset, args.out, seed, jobs, preset.metric, title,
-                    preset.log_x, preset.x)
+                    preset.log_x, preset.x, preset.figure)
 
 
 def _simulate(args: argparse.Namespace) -> int:

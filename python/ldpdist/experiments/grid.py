@@ -22,11 +22,11 @@ COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "suppor
 _MECHANISMS = SHORT_NAMES
 _LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
            "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR",
-           "bhr": "Block HR"}
+           "hlhr": "HL-HR", "bhr": "Block HR", "abr": "ABR"}
 # mechanisms without privacy (and without ε)
 _NOT_PRIVATE = ("pch",)
 # the mechanism parameter shown in curve labels
-_PARAMETER_LABELS = {"bits": "ℓ"}
+_PARAMETER_LABELS = {"bits": "ℓ", "sensitive": "s", "blocks": "m"}
 
 
 def mechanism_label(name: str, params: Tuple[Tuple[str, Any], ...] = ()) -> str:
@@ -107,6 +107,12 @@ def _seed_int(*entropy: int) -> int:
     return sum(int(w) << (32 * j) for j, w in enumerate(words))
 
 
+def equal_blocks(k: int, m: int) -> List[int]:
+    """m block sizes ⌊k/m⌋ or ⌈k/m⌉ (the larger first) adding up to k."""
+    base, extra = divmod(k, m)
+    return [base + 1] * extra + [base] * (m - extra)
+
+
 def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int], seed: int,
                     params: Tuple[Tuple[str, Any], ...] = ()):
     import ldpdist
@@ -125,13 +131,20 @@ def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int
         return cls(k, epsilon, m, seed)
     if key == "olh":
         return cls(k, epsilon, seed=seed % 2**63, **dict(params))
-    if key == "bhr":
-        # A partition of the k values is part of the mechanism: a preset gives it as
-        # ("blocks", sizes or labels); the generic grids have none.
-        if "blocks" not in dict(params):
-            raise ValueError("block Hadamard response (bhr) needs its blocks (a partition of "
-                             "the values): not available in a grid without them")
-        return cls(dict(params)["blocks"], epsilon, k=k)
+    if key in ("hlhr", "bhr"):
+        # The structure is part of the mechanism: a preset gives it as a parameter, an int
+        # (hlhr: the first s values are sensitive; bhr: m nearly equal blocks) or the list
+        # itself (sensitive values; block sizes or labels). Generic grids have none.
+        option = {"hlhr": "sensitive", "bhr": "blocks"}[key]
+        if option not in dict(params):
+            raise ValueError(f"{_MECHANISMS[key]} ({key}) needs its {option} (a preset "
+                             "parameter): not available in a grid without them")
+        value = dict(params)[option]
+        if key == "hlhr":
+            sensitive = np.arange(value) if isinstance(value, int) else value
+            return cls(k, epsilon, sensitive=sensitive)
+        blocks = equal_blocks(k, value) if isinstance(value, int) else value
+        return cls(blocks, epsilon, k=k)
     return cls(k, epsilon, **dict(params))
 
 
@@ -325,6 +338,8 @@ class Preset:
     tiny_m: Optional[int] = None
     tiny_distributions: Tuple[str, ...] = ()    # default: the quick ones
     notes: str = ""
+    #: a figure of its own instead of the generic one ("context_aware": commands._FIGURES)
+    figure: str = ""
     log_x: bool = True               # the x axis is logarithmic
     x: str = "n"                     # x axis: "n" (users) or "support" (size of p's support)
 
