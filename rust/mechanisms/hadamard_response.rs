@@ -416,8 +416,7 @@ impl HadamardResponse {
     }
 
     /// The own-set reports of the kept counts placed at `even[j·b + r]`, by the Hadamard
-    /// passes (module documentation, "Simulation"); the result is left in `even`, and `odd`
-    /// (zero on entry) is zero again on return.
+    /// passes ([`own_sets_by_passes`]).
     fn own_sets_by_passes(
         &self,
         key: &Key,
@@ -425,69 +424,12 @@ impl HadamardResponse {
         odd: &mut [u64],
         chunk: usize,
     ) -> Result<()> {
-        debug_assert!(chunk.is_power_of_two());
-        let bits = self.b.trailing_zeros();
-        let low = bits.min(chunk.trailing_zeros());
-        for beta in (low..bits).rev() {
-            let half = 1usize << beta;
-            let tasks_per_group = half / chunk;
-            even.par_chunks_mut(2 * half)
-                .zip(odd.par_chunks_mut(2 * half))
-                .enumerate()
-                .flat_map(|(group, (e, o))| {
-                    let (e0, e1) = e.split_at_mut(half);
-                    let (o0, o1) = o.split_at_mut(half);
-                    e0.par_chunks_mut(chunk)
-                        .zip(e1.par_chunks_mut(chunk))
-                        .zip(o0.par_chunks_mut(chunk).zip(o1.par_chunks_mut(chunk)))
-                        .enumerate()
-                        .map(move |(t, lanes)| (group * tasks_per_group + t, t * chunk, lanes))
-                })
-                .try_for_each(|(task, offset, ((e0, e1), (o0, o1)))| {
-                    crate::interrupt::check()?;
-                    let id = (beta as u64) << 40 | task as u64;
-                    let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
-                    for i in 0..e0.len() {
-                        butterfly(
-                            &mut rng,
-                            offset + i,
-                            &mut e0[i],
-                            &mut o0[i],
-                            &mut e1[i],
-                            &mut o1[i],
-                        );
-                    }
-                    Ok(())
-                })?;
-        }
-        // The bits below `low`: every chunk of `chunk` positions (or of whole blocks, when
-        // b is smaller) holds complete butterflies.
-        even.par_chunks_mut(chunk)
-            .zip(odd.par_chunks_mut(chunk))
-            .enumerate()
-            .try_for_each(|(task, (e, o))| {
-                crate::interrupt::check()?;
-                let id = LOW_PASSES << 40 | task as u64;
-                let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
-                for beta in (0..low).rev() {
-                    let half = 1usize << beta;
-                    for group in (0..e.len()).step_by(2 * half) {
-                        for i in 0..half {
-                            let (lo, hi) = (group + i, group + half + i);
-                            let (e0, e1) = pair(e, lo, hi);
-                            let (o0, o1) = pair(o, lo, hi);
-                            butterfly(&mut rng, i, e0, o0, e1, o1);
-                        }
-                    }
-                }
-                debug_assert!(o.iter().all(|&v| v == 0));
-                Ok(())
-            })
+        own_sets_by_passes(key, self.b, even, odd, chunk)
     }
 
     /// The v-th (0-based) w in `[0, b)` with `popcount(r & w)` of the given parity.
     #[inline]
-    fn nth_with_parity(r: u64, v: u64, odd: bool) -> u64 {
+    pub(crate) fn nth_with_parity(r: u64, v: u64, odd: bool) -> u64 {
         let t = r.trailing_zeros();
         let low = v & ((1 << t) - 1);
         let w = ((v >> t) << (t + 1)) | low;
@@ -524,12 +466,94 @@ impl IndexMechanism for HadamardResponse {
     }
 }
 
+/// The own-set reports of users who report uniformly inside their own set `C = {w ∈ [0, b) :
+/// popcount(r & w) even}` of a block of `b` outputs (`b` a power of two), by the *Hadamard
+/// passes*: on entry `even[j·b + r]` holds the number of such users of row `r ≥ 1` of block
+/// j (`odd` all zero); on return `even` holds their reports and `odd` is zero again.
+///
+/// The passes place the report bits from the highest, β = log2(b) − 1, down to 0. Before
+/// the pass over bit β, `even[z]` / `odd[z]` count the users whose report agrees with z
+/// above bit β and whose low bits w (bits ≤ β) are still uniform over
+/// `{w : popcount(r' & w) = 0 / 1 mod 2}`, r' = the low β + 1 bits of z (what remains of
+/// their row). The pass splits every position pair `(z, z + 2^β)` by [`butterfly`]
+/// (Binomial(c, 1/2) halves, or a deterministic move for row `2^β`); after bit 0 every
+/// user sits at its report. O(b log b) binomial draws per block whatever the number of
+/// users (zero states are skipped); the streams are `OwnSets` ones indexed by pass and task,
+/// so the result does not depend on the thread count. `chunk` (a power of two) is the
+/// number of positions per task.
+pub(crate) fn own_sets_by_passes(
+    key: &Key,
+    b: u64,
+    even: &mut [u64],
+    odd: &mut [u64],
+    chunk: usize,
+) -> Result<()> {
+    debug_assert!(chunk.is_power_of_two());
+    let bits = b.trailing_zeros();
+    let low = bits.min(chunk.trailing_zeros());
+    for beta in (low..bits).rev() {
+        let half = 1usize << beta;
+        let tasks_per_group = half / chunk;
+        even.par_chunks_mut(2 * half)
+            .zip(odd.par_chunks_mut(2 * half))
+            .enumerate()
+            .flat_map(|(group, (e, o))| {
+                let (e0, e1) = e.split_at_mut(half);
+                let (o0, o1) = o.split_at_mut(half);
+                e0.par_chunks_mut(chunk)
+                    .zip(e1.par_chunks_mut(chunk))
+                    .zip(o0.par_chunks_mut(chunk).zip(o1.par_chunks_mut(chunk)))
+                    .enumerate()
+                    .map(move |(t, lanes)| (group * tasks_per_group + t, t * chunk, lanes))
+            })
+            .try_for_each(|(task, offset, ((e0, e1), (o0, o1)))| {
+                crate::interrupt::check()?;
+                let id = (beta as u64) << 40 | task as u64;
+                let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+                for i in 0..e0.len() {
+                    butterfly(
+                        &mut rng,
+                        offset + i,
+                        &mut e0[i],
+                        &mut o0[i],
+                        &mut e1[i],
+                        &mut o1[i],
+                    );
+                }
+                Ok(())
+            })?;
+    }
+    // The bits below `low`: every chunk of `chunk` positions (or of whole blocks, when
+    // b is smaller) holds complete butterflies.
+    even.par_chunks_mut(chunk)
+        .zip(odd.par_chunks_mut(chunk))
+        .enumerate()
+        .try_for_each(|(task, (e, o))| {
+            crate::interrupt::check()?;
+            let id = LOW_PASSES << 40 | task as u64;
+            let mut rng = simulation_stream(key, SimulationPhase::OwnSets, id);
+            for beta in (0..low).rev() {
+                let half = 1usize << beta;
+                for group in (0..e.len()).step_by(2 * half) {
+                    for i in 0..half {
+                        let (lo, hi) = (group + i, group + half + i);
+                        let (e0, e1) = pair(e, lo, hi);
+                        let (o0, o1) = pair(o, lo, hi);
+                        butterfly(&mut rng, i, e0, o0, e1, o1);
+                    }
+                }
+            }
+            debug_assert!(o.iter().all(|&v| v == 0));
+            Ok(())
+        })
+}
+
 /// Expected own-set users per output from which a simulation uses the Hadamard passes
 /// (O(K log b) work whatever the counts) rather than drawing value by value (O(users)).
-const PASSES_ABOVE: f64 = 4.0;
+pub(crate) const PASSES_ABOVE: f64 = 4.0;
 
 /// Positions per task of the Hadamard passes.
-const PASS_CHUNK: usize = 1 << 12;
+pub(crate) const PASS_CHUNK: usize = 1 << 12;
 
 /// Stream-index tag of the passes over the bits below `log2 PASS_CHUNK` (the other passes
 /// use their bit number, below 64).
