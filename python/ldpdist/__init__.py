@@ -11,7 +11,8 @@ SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilo
 OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
 (Algorithm 2 of the sparse-estimation paper)
 and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
-private)
+private); context-aware: HighLowHadamardResponse(k, epsilon, sensitive) (only the sensitive
+values are protected)
 
 Modules
 -------
@@ -42,6 +43,7 @@ from .mechanisms import (
     Aggregator,
     CompressivePrivatization,
     HadamardResponse,
+    HighLowHadamardResponse,
     Mechanism,
     OneBitHadamardResponse,
     OptimizedLocalHashing,
@@ -73,6 +75,7 @@ __all__ = [
     "write_reports",
     "CompressivePrivatization",
     "HadamardResponse",
+    "HighLowHadamardResponse",
     "InternalError",
     "Mechanism",
     "OneBitHadamardResponse",

@@ -7,6 +7,7 @@ from .aggregator import Aggregator
 from .base import BitVectorMechanism, Mechanism, from_dict
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
+from .high_low_hadamard import HighLowHadamardResponse
 from .local_hashing import OptimizedLocalHashing
 from .one_bit_hadamard import OneBitHadamardResponse
 from .public_coin_hashing import PublicCoinHashing
@@ -27,6 +28,7 @@ SHORT_NAMES = {
     "tsrappor": "TwoStageRAPPOR",
     "obhr": "OneBitHadamardResponse",
     "pch": "PublicCoinHashing",
+    "hlhr": "HighLowHadamardResponse",
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "from_dict",
     "CompressivePrivatization",
     "HadamardResponse",
+    "HighLowHadamardResponse",
     "OptimizedLocalHashing",
     "OneBitHadamardResponse",
     "PublicCoinHashing",
