@@ -3,6 +3,7 @@
 A deployment shares one JSON spec (``ldpdist spec``) between clients and server::
 
     ldpdist spec hr --k 1000 --epsilon 1 -o spec.json
+    ldpdist spec hlhr --k 1000 --epsilon 1 --sensitive 3,17,99 -o spec.json   # or --sensitive-file
     ldpdist privatize --spec spec.json values.csv -o r1.ldpr             # each client / batch
     ldpdist aggregate --spec spec.json r1.ldpr r2.ldpr -o a.ldps         # per shard
     ldpdist aggregate --spec spec.json a.ldps b.ldps -o all.ldps         # merge shard states
@@ -77,9 +78,12 @@ _SPEC_OPTIONS = {
     "regime": ("CompressivePrivatization",),
     "blocks": ("HadamardResponse",),
     "d": ("SubsetSelection",),
+    "sensitive": ("HighLowHadamardResponse",),
+    "sensitive_file": ("HighLowHadamardResponse",),
 }
 _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
-                     "PublicCoinHashing": ("bits", "seed")}
+                     "PublicCoinHashing": ("bits", "seed"),
+                     "HighLowHadamardResponse": ("sensitive",)}
 _STDOUT = "-"
 
 
@@ -231,24 +235,25 @@ def mechanism_class(name: str) -> str:
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 
 
-def _bad_line(path: str, line_number: int, line: str) -> CliError:
+def _bad_line(path: str, line_number: int, line: str, what: str = "values file") -> CliError:
     stripped = line.strip()
     shown = stripped if len(stripped) <= 40 else stripped[:37] + "..."
     fields = [f for f in re.split(r"[,;\t ]+", stripped) if f]
     if len(fields) > 1:
-        why = (f"holds {len(fields)} fields; a values file holds one integer per line (one "
+        why = (f"holds {len(fields)} fields; a {what} holds one integer per line (one "
                "column, no separators)")
     else:
         why = "is not an integer"
-    return CliError(f"values file {path!r}, line {line_number}: {shown!r} {why}")
+    return CliError(f"{what} {path!r}, line {line_number}: {shown!r} {why}")
 
 
-def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
+def _parse_text_values(data: bytes, path: str,
+                       what: str = "values file") -> Tuple[np.ndarray, List[int]]:
     """One integer per non-blank line; returns the values and the line number of each."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CliError(f"values file {path!r} is not UTF-8 text: {_one_line(exc)}") from None
+        raise CliError(f"{what} {path!r} is not UTF-8 text: {_one_line(exc)}") from None
     values: List[int] = []
     lines: List[int] = []
     for line_number, line in enumerate(text.splitlines(), start=1):
@@ -256,12 +261,12 @@ def _parse_text_values(data: bytes, path: str) -> Tuple[np.ndarray, List[int]]:
         if not token:
             continue
         if not _INTEGER.match(token):
-            raise _bad_line(path, line_number, line)
+            raise _bad_line(path, line_number, line, what)
         # more than 19 significant digits is out of range (and int() refuses 4300)
         value = int(token) if len(token.lstrip("+-").lstrip("0")) <= 19 else None
         if value is None or not -2**63 <= value < 2**63:
             shown = token if len(token) <= 40 else token[:37] + "..."
-            raise CliError(f"values file {path!r}, line {line_number}: {shown} is out of range")
+            raise CliError(f"{what} {path!r}, line {line_number}: {shown} is out of range")
         values.append(value)
         lines.append(line_number)
     return np.array(values, dtype=np.int64), lines
@@ -379,6 +384,57 @@ def _dropped_note(dropped: int) -> str:
     return f", {dropped} invalid report(s) dropped" if dropped else ""
 
 
+def sensitive_values(text: Optional[str], path: Optional[str], k: Any) -> List[int]:
+    """The sensitive values of ``ldpdist spec hlhr``: ``--sensitive 1,5,9`` (comma-separated;
+    ``''`` for none) and/or ``--sensitive-file PATH`` (a ``.npy`` 1-D integer array, or text
+    with one integer per line). Both may be given; a value listed twice (in one or across
+    both) is refused with where it appears, as is a value outside [0, k)."""
+    values: List[int] = []
+    where: List[str] = []
+    if text is not None:
+        tokens = [token.strip() for token in text.split(",")]
+        if text.strip() == "":
+            tokens = []
+        for i, token in enumerate(tokens, start=1):
+            digits = token.lstrip("+-").lstrip("0")
+            if not _INTEGER.match(token) or len(digits) > 19:
+                shown = token if len(token) <= 40 else token[:37] + "..."
+                raise CliError(f"--sensitive: item {i}, {shown!r}, is not an integer of at most "
+                               "19 digits (give comma-separated values, e.g. --sensitive "
+                               "1,5,9, or '' for none)")
+            values.append(int(token))
+            where.append(f"--sensitive item {i}")
+    if path is not None:
+        data = _read_bytes(path, "sensitive file")
+        if data.startswith(NPY_MAGIC):
+            array = _load_npy(data, path, "sensitive file")
+            if array.dtype.kind not in "iu" or array.ndim != 1:
+                raise CliError(f"sensitive file {path!r} must hold a 1-D integer array, got "
+                               f"dtype {array.dtype} and shape {array.shape}")
+            lines = None
+        else:
+            array, lines = _parse_text_values(data, path, "sensitive file")
+        if array.size == 0:
+            raise CliError(f"sensitive file {path!r} holds no values (for no sensitive value "
+                           "pass --sensitive '')")
+        memory.check("reading the sensitive values", [("the values as Python integers",
+                                                      64 * array.size)])
+        for i, value in enumerate(array.tolist()):
+            values.append(int(value))
+            where.append(f"{path!r} line {lines[i]}" if lines is not None
+                         else f"{path!r} entry {i}")
+    first: Dict[int, str] = {}
+    bound = k if isinstance(k, int) and k >= 2 else None
+    for value, origin in zip(values, where):
+        if bound is not None and not 0 <= value < bound:
+            raise CliError(f"sensitive values must lie in [0, {bound}): {value} at {origin}")
+        if value in first:
+            raise CliError(f"sensitive value {value} is listed twice: at {first[value]} and at "
+                           f"{origin}")
+        first[value] = origin
+    return values
+
+
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -398,12 +454,16 @@ def cmd_spec(args: argparse.Namespace) -> int:
         if value is None:
             continue
         if name not in takers:
-            raise CliError(f"--{option} does not apply to {name} (it applies to "
-                           f"{', '.join(takers)})")
+            raise CliError(f"--{option.replace('_', '-')} does not apply to {name} (it "
+                           f"applies to {', '.join(takers)})")
         kwargs[option] = value
+    if "sensitive" in kwargs or "sensitive_file" in kwargs:
+        kwargs["sensitive"] = sensitive_values(kwargs.pop("sensitive", None),
+                                               kwargs.pop("sensitive_file", None), args.k)
     missing = [f"--{option}" for option in _REQUIRED_OPTIONS.get(name, ()) if option not in kwargs]
     if missing:
-        raise CliError(f"{name} needs {' and '.join(missing)}")
+        also = " (or --sensitive-file)" if missing == ["--sensitive"] else ""
+        raise CliError(f"{name} needs {' and '.join(missing)}{also}")
     try:
         mech = from_dict({"mechanism": name, **kwargs})
     except (ValueError, TypeError, OverflowError) as exc:
@@ -512,6 +572,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--regime", choices=REGIMES, help="cp: privacy regime")
     p.add_argument("--blocks", type=int, help="hr: number of blocks B")
     p.add_argument("--d", type=int, help="ss: subset size")
+    p.add_argument("--sensitive", metavar="LIST",
+                   help="hlhr: the sensitive values, comma-separated (e.g. 1,5,9; '' for "
+                        "none); with or instead of --sensitive-file")
+    p.add_argument("--sensitive-file", dest="sensitive_file", metavar="FILE",
+                   help="hlhr: a file of sensitive values (one integer per line, or a .npy "
+                        "1-D integer array)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output file (default, or '-': standard output)")
     p.set_defaults(handler=cmd_spec)
