@@ -27,6 +27,8 @@ def build(name, k, epsilon):
     if name == "CompressivePrivatization":
         # The high-privacy construction accepts every ε (medium privacy needs ε ≤ ln m).
         return cls(k=max(k, 64), epsilon=epsilon, m=16, seed=1, regime="high")
+    if name == "HighLowHadamardResponse":  # every third value sensitive
+        return cls(k=k, epsilon=epsilon, sensitive=list(range(0, k, 3)))
     return cls(k=k, epsilon=epsilon)
 
 
