@@ -26,10 +26,16 @@
 //! The paper's values are `ρ = e^ε/(e^ε + 1)` and `q = (e^ε − 1)/(e^ε + 1)`. Realized (what the
 //! sampler draws, exactly): `ρ'` = the double `e^ε/(e^ε + 1)` rounded down by 8 ulps, and
 //! `q'` = the double `expm1(ε)/(expm1(ε) + 2)` rounded down by 8 ulps (expm1: `e^ε − 1` would
-//! lose the low bits of q to cancellation at small ε), both below their real values; each is
-//! drawn by an exact Bernoulli ([`BernoulliThreshold`]), the uniform elements by exact integer
-//! draws (`uniform_below`, and [`HadamardResponse::nth_with_parity`] for the v-th element of
-//! `C_a` or of its complement: a bijection, so uniform). The realized budgets are then
+//! lose the low bits of q to cancellation at small ε), both below their real values.
+//!
+//! One report costs one 64-bit word w of the user's stream (rarely more): the Bernoulli
+//! (ρ' or q') is decided exactly by its high 32 bits ([`HighBitsBernoulli`]: `hi < ⌊p·2^32⌋`,
+//! and on equality, probability 2^−32, an exact Bernoulli of the remainder from further
+//! words), and the uniform element by its low 32 bits: v = `⌊lo·n/2^32⌋` is exactly uniform
+//! on `[0, n)` because n (S/2 or S) is a power of two at most 2^32 (Lemire's method without
+//! rejection). The two halves of w are independent. The v-th element of `C_a` or of its
+//! complement is [`HadamardResponse::nth_with_parity`] (a bijection, so uniform). The
+//! realized budgets are then
 //! * sensitive vs sensitive: `ε_AA = ln(ρ'/(1 − ρ'))` (two distinct rows of H_S disagree on
 //!   some y, so it is attained when s ≥ 2),
 //! * sensitive vs non-sensitive: `ε_AN = ln(2ρ'/(1 − q'))` (attained when s ≥ 1 and t ≥ 1),
@@ -98,7 +104,8 @@ use crate::error::{Error, Result};
 use crate::hadamard::fwht_in_place_checked;
 use crate::interrupt::{self, uninterrupted, Check};
 use crate::memory::{allocate_zeroed, Footprint};
-use crate::rng::{uniform_below_u64, BernoulliThreshold, Key, StreamRng};
+use crate::rng::{BernoulliThreshold, Key, StreamRng};
+use rand_core::Rng;
 use rayon::prelude::*;
 use std::sync::atomic::Ordering;
 
@@ -118,10 +125,10 @@ pub struct HighLowHadamardResponse {
     big_s: u64,
     /// Probability that a sensitive value reports inside its own set, as realized.
     rho: f64,
-    inside: BernoulliThreshold,
+    inside: HighBitsBernoulli,
     /// Probability that a non-sensitive value reports its own slot, as realized.
     q: f64,
-    own_slot: BernoulliThreshold,
+    own_slot: HighBitsBernoulli,
     /// Per 64 values: `[membership bits, sensitive values below the word]` (empty when the
     /// lookup binary-searches `sensitive`).
     ranks: Vec<u64>,
@@ -197,9 +204,9 @@ impl HighLowHadamardResponse {
             sensitive: sorted,
             big_s,
             rho,
-            inside: BernoulliThreshold::new(rho)?,
+            inside: HighBitsBernoulli::new(rho)?,
             q,
-            own_slot: BernoulliThreshold::new(q)?,
+            own_slot: HighBitsBernoulli::new(q)?,
             ranks,
         })
     }
@@ -575,19 +582,74 @@ impl IndexMechanism for HighLowHadamardResponse {
     fn output_size(&self) -> u64 {
         self.outputs()
     }
+    /// One word w per report (module documentation): the Bernoulli from its high half, the
+    /// uniform element from its low half. Both kinds of value compute everything from the
+    /// same word and the result is selected at the end, so that the kind (which follows the
+    /// data) costs no mispredicted branch.
     #[inline]
     fn sample(&self, rng: &mut StreamRng, x: u64) -> u64 {
         let (sensitive, index) = self.classify(x);
-        if sensitive {
-            // Inside C_a (even parity with row a + 1) w.p. ρ', else its complement in [0, S).
-            let inside = self.inside.sample(rng);
-            let v = uniform_below_u64(rng, self.big_s / 2);
-            HadamardResponse::nth_with_parity(index + 1, v, !inside)
-        } else if self.own_slot.sample(rng) {
-            self.big_s + index
+        let word = rng.next_u64();
+        let (high, low) = (word >> 32, word & 0xFFFF_FFFF);
+        let bernoulli = if sensitive {
+            &self.inside
         } else {
-            uniform_below_u64(rng, self.big_s)
+            &self.own_slot
+        };
+        let hit = bernoulli.decide(high, rng);
+        // Sensitive: uniform on S/2 elements; other: uniform on the S of the Hadamard part.
+        let v = (low * (self.big_s >> sensitive as u32)) >> 32;
+        // Inside C_a (even parity with row a + 1) on a hit, else its complement in [0, S).
+        let hadamard = HadamardResponse::nth_with_parity(index + 1, v, !hit);
+        let other = if hit { self.big_s + index } else { v };
+        if sensitive {
+            hadamard
+        } else {
+            other
         }
+    }
+}
+
+/// An exact Bernoulli(p) decided by 32 random bits in all but a 2^−32 fraction of draws:
+/// with `p·2^32 = whole + rest` (`whole` an integer, `0 ≤ rest < 1`, both exact), a uniform
+/// 32-bit `high` gives `high < whole`, except on `high = whole` where an exact
+/// Bernoulli(`rest`) is drawn from the stream ([`BernoulliThreshold`]). So `P(true) =
+/// whole/2^32 + rest/2^32 = p` exactly, for the binary value of every `p ∈ [0, 1]`.
+#[derive(Clone, Copy, Debug)]
+struct HighBitsBernoulli {
+    whole: u64,
+    rest: BernoulliThreshold,
+}
+
+impl HighBitsBernoulli {
+    fn new(p: f64) -> Result<Self> {
+        if !(0.0..=1.0).contains(&p) {
+            return Err(Error::Value(format!(
+                "a probability must lie in [0, 1], got {p}"
+            )));
+        }
+        // Exact: scaling by a power of two, the floor, and the fractional part of a double.
+        let scaled = p * 4_294_967_296.0;
+        let whole = scaled.floor();
+        Ok(Self {
+            whole: whole as u64,
+            rest: BernoulliThreshold::new(scaled - whole)?,
+        })
+    }
+
+    /// The outcome for the uniform 32-bit `high`, drawing from `rng` only on a tie.
+    #[inline(always)]
+    fn decide(&self, high: u64, rng: &mut StreamRng) -> bool {
+        if high != self.whole {
+            return high < self.whole;
+        }
+        self.tie(rng)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn tie(&self, rng: &mut StreamRng) -> bool {
+        self.rest.sample(rng)
     }
 }
 
@@ -595,7 +657,7 @@ impl IndexMechanism for HighLowHadamardResponse {
 mod tests {
     use super::super::testing::{
         assert_law_of, assert_simulate_matches_privatize_in_law, assert_simulation_law, chi_square,
-        empirical_row, expected_from_rows,
+        chi_square_critical, empirical_row, expected_from_rows,
     };
     use super::super::{channel_matrix, Estimator};
     use super::*;
@@ -821,24 +883,54 @@ mod tests {
 
     #[test]
     fn sampler_matches_the_channel_with_both_lookups() {
-        for table in [true, false] {
-            let m = HighLowHadamardResponse::with_lookup(9, 1.0, &[1, 4, 5, 8], table).unwrap();
-            let size = m.output_size() as usize;
-            let mut row = vec![0.0; size];
-            for x in [0u32, 1, 5, 8] {
-                m.channel_row(x as u64, &mut row);
-                let draws = 300_000;
-                let freq = empirical_row(&m, x, draws, 11 + x as u64);
-                for (f, r) in freq.iter().zip(&row) {
-                    assert!(*r > 0.0 || *f == 0.0, "an impossible report was drawn");
+        for (k, sensitive) in [
+            (9u64, vec![1u64, 4, 5, 8]),
+            (6, vec![]),
+            (5, (0..5).collect()),
+            (40, every_third(40)),
+        ] {
+            for table in [true, false] {
+                let m = HighLowHadamardResponse::with_lookup(k, 1.0, &sensitive, table).unwrap();
+                let size = m.output_size() as usize;
+                let mut row = vec![0.0; size];
+                for x in [0u32, 1, (k - 1) as u32] {
+                    m.channel_row(x as u64, &mut row);
+                    let draws = 300_000;
+                    let freq = empirical_row(&m, x, draws, 11 + x as u64 + k);
+                    for (f, r) in freq.iter().zip(&row) {
+                        assert!(*r > 0.0 || *f == 0.0, "an impossible report was drawn");
+                    }
+                    let df = row.iter().filter(|&&r| r > 0.0).count() - 1;
+                    let stat = chi_square(&freq, &row, draws);
+                    assert!(
+                        stat < chi_square_critical(df),
+                        "k {k} x {x} table {table}: chi-square {stat} (df {df})"
+                    );
                 }
-                // Critical value of chi-square at p = 0.001 for df ≤ 12: < 32.91.
-                assert!(
-                    chi_square(&freq, &row, draws) < 32.91,
-                    "x {x} table {table}"
-                );
             }
         }
+    }
+
+    #[test]
+    fn the_high_bits_bernoulli_is_exact_and_draws_the_remainder_on_a_tie() {
+        let mut rng = crate::rng::stream(&crate::rng::key_from_u64(1), 0);
+        // p·2^32 = 12345.25: below the tie true, above false, on it Bernoulli(1/4).
+        let b = HighBitsBernoulli::new((12345.25) / 4_294_967_296.0).unwrap();
+        assert_eq!(b.whole, 12345);
+        assert!(b.decide(12344, &mut rng) && !b.decide(12346, &mut rng));
+        let draws = 200_000;
+        let ties = (0..draws).filter(|_| b.decide(12345, &mut rng)).count() as f64;
+        let sigma = (0.25 * 0.75 / draws as f64).sqrt();
+        assert!((ties / draws as f64 - 0.25).abs() < 5.0 * sigma, "{ties}");
+        // The ends: p = 1 is always true (whole = 2^32), p = 0 never (tie on 0, remainder 0).
+        let (one, zero) = (
+            HighBitsBernoulli::new(1.0).unwrap(),
+            HighBitsBernoulli::new(0.0).unwrap(),
+        );
+        for high in [0u64, 1, (1 << 32) - 1] {
+            assert!(one.decide(high, &mut rng) && !zero.decide(high, &mut rng));
+        }
+        assert!(HighBitsBernoulli::new(1.5).is_err() && HighBitsBernoulli::new(f64::NAN).is_err());
     }
 
     #[test]
