@@ -22,6 +22,7 @@ warnings.simplefilter("ignore")  # IBU's max_iter warning is not what is compare
 CASES = {
     "RandomizedResponse": dict(k=3000, epsilon=1.0),
     "HadamardResponse": dict(k=3000, epsilon=2.0),
+    "HighLowHadamardResponse": dict(k=3000, epsilon=1.0, sensitive=list(range(0, 3000, 3))),
     "RAPPOR": dict(k=300, epsilon=1.0),
     "OptimizedUnaryEncoding": dict(k=300, epsilon=1.0),
     "SubsetSelection": dict(k=300, epsilon=1.0),
@@ -64,9 +65,9 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
                                            timeout=600))
             for threads in (1, 2, 4)}
     # reports, counts, simulate and one entry per decoder: 5 decoders for the classic
-    # six, one-bit HR, block HR and the asymmetric binary mechanism, 4 for CP (no IBU), 7
-    # for two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
-    assert len(runs[1]) == 9 * 8 + 7 + 2 * 10
+    # six, one-bit HR, high-low HR, block HR and the asymmetric binary mechanism, 4 for CP
+    # (no IBU), 7 for two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
+    assert len(runs[1]) == 10 * 8 + 7 + 2 * 10
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

@@ -32,6 +32,8 @@ def build(name, k, epsilon):
         return cls(epsilon_01=epsilon, epsilon_10=0.75 * epsilon)
     if name == "BlockHadamardResponse":  # a partition of k: a singleton and two blocks
         return cls([1, k // 2, k - 1 - k // 2], epsilon)
+    if name == "HighLowHadamardResponse":  # every third value sensitive
+        return cls(k=k, epsilon=epsilon, sensitive=list(range(0, k, 3)))
     return cls(k=k, epsilon=epsilon)
 
 

@@ -74,6 +74,15 @@ CASES = {
     "bhr-k2^27-estimate-one-report":
         "m = ldpdist.BlockHadamardResponse([1, 2**26, 2**26 - 1], 1.0); "
         "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+    "hlhr-k2^32-aggregator":
+        "m = ldpdist.HighLowHadamardResponse(2**32, 1.0, [1, 2**31]); "
+        "outcome(lambda: m.aggregator())",
+    "hlhr-k2^27-estimate-one-report":
+        "m = ldpdist.HighLowHadamardResponse(2**27, 1.0, np.arange(0, 2**27, 2**10)); "
+        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+    "hlhr-k2^28-realized-budgets":
+        "m = ldpdist.HighLowHadamardResponse(2**28, 1.0, [7]); "
+        "outcome(lambda: m.realized_budgets())",
     "olh-channel-products-k2^23":
         "m = ldpdist.OptimizedLocalHashing(2**23, 1.0); "
         "outcome(lambda: m.estimate(m.privatize(np.arange(10), seed=1), 'ibu', max_iter=1))",
@@ -176,6 +185,10 @@ INTERRUPTIBLE = {
                                "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
     "estimate-hadamard": "m = ldpdist.HadamardResponse(2**26, 1.0); "
                          "go(lambda: [m.estimate(np.array([5], np.uint32)) for _ in range(20)])",
+    "estimate-high-low-hadamard": "m = ldpdist.HighLowHadamardResponse(2**26, 1.0, "
+                                  "np.arange(0, 2**26, 3)); "
+                                  "go(lambda: [m.estimate(np.array([5], np.uint32)) "
+                                  "for _ in range(20)])",
     "ibu-local-hashing": "m = ldpdist.OptimizedLocalHashing(2**22, 1.0); "
                          "r = m.privatize(np.arange(10), seed=1); go(lambda: m.estimate(r, 'ibu'))",
     "sign-matrix": "from ldpdist import kernels; go(lambda: kernels.SignMatrix(1, 4096, 2**22, 'balanced'))",

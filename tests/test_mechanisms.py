@@ -65,13 +65,17 @@ def _times(epsilon, factor):
 # The per-class constructor table: how the suite builds a class from its (k, ε) when not
 # ``cls(k=k, epsilon=ε)``. The asymmetric binary mechanism takes the suite's ε as epsilon_01
 # and 0.75 ε as epsilon_10 (asymmetric budgets; 0.75 so that no positive ε rounds to a zero
-# budget, which ε/2 of the smallest subnormal would).
+# budget, which ε/2 of the smallest subnormal would). High-Low Hadamard Response protects
+# every third value (0, 3, 6, …), so that both its Hadamard part and its dedicated slots are
+# exercised at every k; Block HR takes the partition of ``suite_blocks``.
 CONSTRUCTORS = {
     "PublicCoinHashing": lambda cls, k, epsilon: cls(k=k, bits=NOT_PRIVATE_BITS[epsilon],
                                                      seed=17),
     "AsymmetricBinaryResponse": lambda cls, k, epsilon: cls(epsilon_01=epsilon,
                                                             epsilon_10=_times(epsilon, 0.75)),
     "BlockHadamardResponse": lambda cls, k, epsilon: cls(suite_blocks(k), epsilon, k=k),
+    "HighLowHadamardResponse": lambda cls, k, epsilon: cls(
+        k=k, epsilon=epsilon, sensitive=list(range(0, int(k), 3))),
 }
 # The k a class supports, where it is not every k in [2, 2^32] (k is then not a parameter).
 SUPPORTED_K = {"AsymmetricBinaryResponse": (2,)}

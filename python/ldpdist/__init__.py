@@ -13,6 +13,7 @@ OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStage
 and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
 private). Context-aware LDP (a budget per ordered pair of values, ``ldpdist.privacy``):
 AsymmetricBinaryResponse(epsilon_01, epsilon_10), the optimal binary mechanism;
+HighLowHadamardResponse(k, epsilon, sensitive) (only the sensitive values are protected);
 BlockHadamardResponse(blocks, epsilon) (ε inside each block of a partition, the block in the
 clear)
 
@@ -47,6 +48,7 @@ from .mechanisms import (
     BlockHadamardResponse,
     CompressivePrivatization,
     HadamardResponse,
+    HighLowHadamardResponse,
     Mechanism,
     OneBitHadamardResponse,
     OptimizedLocalHashing,
@@ -80,6 +82,7 @@ __all__ = [
     "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
+    "HighLowHadamardResponse",
     "InternalError",
     "Mechanism",
     "OneBitHadamardResponse",

@@ -3,6 +3,7 @@
 A deployment shares one JSON spec (``ldpdist spec``) between clients and server::
 
     ldpdist spec hr --k 1000 --epsilon 1 -o spec.json
+    ldpdist spec hlhr --k 1000 --epsilon 1 --sensitive 3,17,99 -o spec.json   # or --sensitive-file
     ldpdist privatize --spec spec.json values.csv -o r1.ldpr             # each client / batch
     ldpdist aggregate --spec spec.json r1.ldpr r2.ldpr -o a.ldps         # per shard
     ldpdist aggregate --spec spec.json a.ldps b.ldps -o all.ldps         # merge shard states
@@ -81,10 +82,13 @@ _SPEC_OPTIONS = {
     "epsilon_10": ("AsymmetricBinaryResponse",),
     "block_sizes": ("BlockHadamardResponse",),
     "block_labels": ("BlockHadamardResponse",),
+    "sensitive": ("HighLowHadamardResponse",),
+    "sensitive_file": ("HighLowHadamardResponse",),
 }
 _REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
                      "PublicCoinHashing": ("bits", "seed"),
-                     "AsymmetricBinaryResponse": ("epsilon_01", "epsilon_10")}
+                     "AsymmetricBinaryResponse": ("epsilon_01", "epsilon_10"),
+                     "HighLowHadamardResponse": ("sensitive",)}
 # Mechanisms whose k is fixed (not a parameter): --k may be omitted, or must be that k.
 _FIXED_K = {"AsymmetricBinaryResponse": 2}
 # Mechanisms with a budget matrix instead of one ε (their own options give the budgets).
@@ -407,6 +411,57 @@ def _dropped_note(dropped: int) -> str:
     return f", {dropped} invalid report(s) dropped" if dropped else ""
 
 
+def sensitive_values(text: Optional[str], path: Optional[str], k: Any) -> List[int]:
+    """The sensitive values of ``ldpdist spec hlhr``: ``--sensitive 1,5,9`` (comma-separated;
+    ``''`` for none) and/or ``--sensitive-file PATH`` (a ``.npy`` 1-D integer array, or text
+    with one integer per line). Both may be given; a value listed twice (in one or across
+    both) is refused with where it appears, as is a value outside [0, k)."""
+    values: List[int] = []
+    where: List[str] = []
+    if text is not None:
+        tokens = [token.strip() for token in text.split(",")]
+        if text.strip() == "":
+            tokens = []
+        for i, token in enumerate(tokens, start=1):
+            digits = token.lstrip("+-").lstrip("0")
+            if not _INTEGER.match(token) or len(digits) > 19:
+                shown = token if len(token) <= 40 else token[:37] + "..."
+                raise CliError(f"--sensitive: item {i}, {shown!r}, is not an integer of at most "
+                               "19 digits (give comma-separated values, e.g. --sensitive "
+                               "1,5,9, or '' for none)")
+            values.append(int(token))
+            where.append(f"--sensitive item {i}")
+    if path is not None:
+        data = _read_bytes(path, "sensitive file")
+        if data.startswith(NPY_MAGIC):
+            array = _load_npy(data, path, "sensitive file")
+            if array.dtype.kind not in "iu" or array.ndim != 1:
+                raise CliError(f"sensitive file {path!r} must hold a 1-D integer array, got "
+                               f"dtype {array.dtype} and shape {array.shape}")
+            lines = None
+        else:
+            array, lines = _parse_text_values(data, path, "sensitive file")
+        if array.size == 0:
+            raise CliError(f"sensitive file {path!r} holds no values (for no sensitive value "
+                           "pass --sensitive '')")
+        memory.check("reading the sensitive values", [("the values as Python integers",
+                                                      64 * array.size)])
+        for i, value in enumerate(array.tolist()):
+            values.append(int(value))
+            where.append(f"{path!r} line {lines[i]}" if lines is not None
+                         else f"{path!r} entry {i}")
+    first: Dict[int, str] = {}
+    bound = k if isinstance(k, int) and k >= 2 else None
+    for value, origin in zip(values, where):
+        if bound is not None and not 0 <= value < bound:
+            raise CliError(f"sensitive values must lie in [0, {bound}): {value} at {origin}")
+        if value in first:
+            raise CliError(f"sensitive value {value} is listed twice: at {first[value]} and at "
+                           f"{origin}")
+        first[value] = origin
+    return values
+
+
 # -- commands --------------------------------------------------------------------------------
 
 
@@ -490,10 +545,14 @@ def cmd_spec(args: argparse.Namespace) -> int:
                            f"applies to {', '.join(takers)})")
         if name not in _K_FROM:
             kwargs[option] = value
+    if "sensitive" in kwargs or "sensitive_file" in kwargs:
+        kwargs["sensitive"] = sensitive_values(kwargs.pop("sensitive", None),
+                                               kwargs.pop("sensitive_file", None), args.k)
     missing = [f"--{option.replace('_', '-')}" for option in _REQUIRED_OPTIONS.get(name, ())
                if option not in kwargs]
     if missing:
-        raise CliError(f"{name} needs {' and '.join(missing)}")
+        also = " (or --sensitive-file)" if missing == ["--sensitive"] else ""
+        raise CliError(f"{name} needs {' and '.join(missing)}{also}")
     try:
         mech = from_dict({"mechanism": name, **kwargs})
     except (ValueError, TypeError, OverflowError) as exc:
@@ -616,6 +675,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--block-labels", dest="block_labels", metavar="FILE",
                    help="bhr: one block label per value (labels 0..m-1), a .npy 1-D integer "
                         "array or one integer per line")
+    p.add_argument("--sensitive", metavar="LIST",
+                   help="hlhr: the sensitive values, comma-separated (e.g. 1,5,9; '' for "
+                        "none); with or instead of --sensitive-file")
+    p.add_argument("--sensitive-file", dest="sensitive_file", metavar="FILE",
+                   help="hlhr: a file of sensitive values (one integer per line, or a .npy "
+                        "1-D integer array)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output file (default, or '-': standard output)")
     p.set_defaults(handler=cmd_spec)

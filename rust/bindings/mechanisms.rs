@@ -7,6 +7,7 @@ use crate::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use crate::mechanisms::block_hadamard::BlockHadamardResponse;
 use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use crate::mechanisms::hadamard_response::HadamardResponse;
+use crate::mechanisms::high_low_hadamard::HighLowHadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
 use crate::mechanisms::one_bit_hadamard::{Groups, OneBitHadamardResponse};
 use crate::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
@@ -567,6 +568,44 @@ mechanism_class!(
 );
 
 mechanism_class!(
+    PyHighLowHadamardResponse,
+    HighLowHadamardResponse,
+    "HighLowHadamardResponse",
+    privatize_index,
+    aggregate_index,
+    {
+        /// `sensitive`: the protected values (distinct, each < k, any order).
+        #[new]
+        fn new(
+            py: Python<'_>,
+            k: u64,
+            epsilon: f64,
+            sensitive: PyReadonlyArray1<'_, u64>,
+        ) -> PyResult<Self> {
+            let sensitive = slice(&sensitive, "sensitive")?;
+            // Sorting the set and building the rank table: without the GIL for large sets.
+            let units = (sensitive.len() as u64).saturating_add(k / 64);
+            let inner = run_long(py, units, || {
+                HighLowHadamardResponse::new(k, epsilon, sensitive)
+            })?;
+            Ok(Self { inner })
+        }
+
+        /// `(s, t, S)`: sensitive values, other values, outputs of the Hadamard part.
+        #[getter]
+        fn shape(&self) -> (u64, u64, u64) {
+            self.inner.shape()
+        }
+
+        /// `(ε_AA, ε_AN)`: the realized budgets between two sensitive values and from a
+        /// sensitive value to a non-sensitive one.
+        fn pair_budgets(&self) -> (f64, f64) {
+            self.inner.pair_budgets()
+        }
+    }
+);
+
+mechanism_class!(
     PyRappor,
     Rappor,
     "Rappor",
@@ -933,6 +972,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAsymmetricBinaryResponse>()?;
     m.add_class::<PyHadamardResponse>()?;
     m.add_class::<PyBlockHadamardResponse>()?;
+    m.add_class::<PyHighLowHadamardResponse>()?;
     m.add_class::<PyOptimizedLocalHashing>()?;
     m.add_class::<PyOneBitHadamardResponse>()?;
     m.add_class::<PyRappor>()?;

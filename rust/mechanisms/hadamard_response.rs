@@ -450,14 +450,26 @@ pub(crate) const PASS_CHUNK: usize = 1 << 12;
 /// use their bit number, below 64).
 const LOW_PASSES: u64 = 0xFF;
 
-/// The own-set reports of kept counts placed at `even[j·b + r]` (block j of `b` outputs, row
-/// r of `H_b`), by the Hadamard passes (module documentation, "Simulation"); the result is
-/// left in `even`, and `odd` (zero on entry, same length) is zero again on return. `even`
-/// holds whole blocks of `b` (a power of two ≥ 2); `chunk` (a power of two) positions per
-/// task. Task t of a pass draws from the `OwnSets` stream `pass << 40 | (first_task + t)`:
+/// The own-set reports of users who report uniformly inside their own set `C = {w ∈ [0, b) :
+/// popcount(r & w) even}` of a block of `b` outputs (`b` a power of two), by the *Hadamard
+/// passes*: on entry `even[j·b + r]` holds the number of such users of row `r ≥ 1` of block
+/// j (`odd` all zero); on return `even` holds their reports and `odd` is zero again.
+///
+/// The passes place the report bits from the highest, β = log2(b) − 1, down to 0. Before
+/// the pass over bit β, `even[z]` / `odd[z]` count the users whose report agrees with z
+/// above bit β and whose low bits w (bits ≤ β) are still uniform over
+/// `{w : popcount(r' & w) = 0 / 1 mod 2}`, r' = the low β + 1 bits of z (what remains of
+/// their row). The pass splits every position pair `(z, z + 2^β)` by [`butterfly`]
+/// (Binomial(c, 1/2) halves, or a deterministic move for row `2^β`); after bit 0 every
+/// user sits at its report. O(b log b) binomial draws per block whatever the number of
+/// users (zero states are skipped); the streams are `OwnSets` ones indexed by pass and task,
+/// so the result does not depend on the thread count. `chunk` (a power of two) is the
+/// number of positions per task.
+///
+/// Task t of a pass draws from the `OwnSets` stream `pass << 40 | (first_task + t)`:
 /// callers that run the passes on several disjoint regions under one key give each region a
 /// `first_task` range of its own (Block Hadamard Response: the region's first output, which
-/// exceeds every task number of the regions before it); HR uses 0.
+/// exceeds every task number of the regions before it); HR and High-Low HR use 0.
 pub(crate) fn hadamard_passes(
     key: &Key,
     even: &mut [u64],

@@ -28,6 +28,9 @@
 //! * randomized response: `C_x = {x}`, `1 − α = (k·p − 1)/(k − 1)` (keep probability p);
 //! * Hadamard response: `C_x` of the (b, B) construction, `h = b/2`,
 //!   `1 − α = (K·ρ − h)/(K − h)` (ρ the probability of reporting inside `C_x`);
+//! * High-Low Hadamard response: the uniform part covers only the Hadamard part `[0, S)`;
+//!   a sensitive value's own set is its Hadamard set (`1 − α = 2ρ − 1`), a non-sensitive
+//!   value's is its dedicated slot (`1 − α = q`);
 //! * local hashing: `C_x = {A·g + h_A(x) : A < g^t}`, `h = g^t`,
 //!   `1 − α = (g·p − 1)/(g − 1)` (p the keep probability of g-ary randomized response);
 //! * compressive privatization: `C_x` the +1 rows of column x, `h = n_x`,
@@ -57,6 +60,7 @@ pub mod asymmetric_binary;
 pub mod block_hadamard;
 pub mod compressive;
 pub mod hadamard_response;
+pub mod high_low_hadamard;
 pub mod local_hashing;
 pub mod one_bit_hadamard;
 pub mod public_coin_hashing;
@@ -1333,6 +1337,7 @@ impl_estimator!(index randomized_response::RandomizedResponse, symmetric);
 impl_estimator!(index asymmetric_binary::AsymmetricBinaryResponse, fallible);
 impl_estimator!(index hadamard_response::HadamardResponse, fallible);
 impl_estimator!(index block_hadamard::BlockHadamardResponse, fallible);
+impl_estimator!(index high_low_hadamard::HighLowHadamardResponse, fallible);
 impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
 impl_estimator!(index compressive::CompressivePrivatization, fallible);
 impl_estimator!(index one_bit_hadamard::OneBitHadamardResponse, fallible);

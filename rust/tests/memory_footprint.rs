@@ -10,6 +10,7 @@ use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
 use ldpdist::mechanisms::compressive::{CompressivePrivatization, MatrixKind, Regime};
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
+use ldpdist::mechanisms::high_low_hadamard::HighLowHadamardResponse;
 use ldpdist::mechanisms::local_hashing::OptimizedLocalHashing;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
@@ -145,6 +146,17 @@ fn declared_footprints_cover_the_allocations() {
         for blocks in [None, Some(1)] {
             let hr = HadamardResponse::with_blocks(k, 2.0, blocks).unwrap();
             failures.extend(check("HadamardResponse", &hr, users));
+        }
+        // Every third value sensitive; simulation value by value (4k users) and by the
+        // passes (10^12 users), and the edge cases s = 0 and s = k.
+        let sensitive: Vec<u64> = (0..k).step_by(3).collect();
+        let hlhr = HighLowHadamardResponse::new(k, 1.0, &sensitive).unwrap();
+        failures.extend(check("HighLowHadamardResponse", &hlhr, users));
+        failures.extend(check("HighLowHadamardResponse", &hlhr, 1_000_000_000_000));
+        let all: Vec<u64> = (0..k).collect();
+        for set in [&[][..], &all[..]] {
+            let hlhr = HighLowHadamardResponse::new(k, 1.0, set).unwrap();
+            failures.extend(check("HighLowHadamardResponse", &hlhr, users));
         }
         let rappor = Rappor::new(k, 1.0).unwrap();
         failures.extend(check("RAPPOR", &rappor, users));

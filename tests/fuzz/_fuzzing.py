@@ -290,6 +290,8 @@ def _small_params(draw: Any, name: str) -> Dict[str, Any]:
             params["d"] = d
     elif name == "OptimizedLocalHashing":
         params["seed"] = draw(st.integers(0, 2**256 - 1))
+    elif name == "HighLowHadamardResponse":  # any subset, in any order (the spec sorts it)
+        params["sensitive"] = draw(st.lists(st.integers(0, k - 1), unique=True, max_size=k))
     return params
 
 
@@ -622,6 +624,8 @@ def large_spec(draw: Any, name: str) -> Dict[str, Any]:
             spec["k"] = draw(st.sampled_from([k, k + 1]))
         else:
             del spec["k"]
+    elif name == "HighLowHadamardResponse":
+        spec["sensitive"] = draw(st.sampled_from([[], [0], [0, k - 1], [k - 1, 2, 1]]))
     return spec
 
 

@@ -67,10 +67,15 @@ def mechanism_well_formed(mech, spec=None):
                 continue
             if key not in ("format",) and key in mech.to_dict() and value is not None:
                 # accepted values are kept as given (no silent cast or clip); an infinite
-                # budget is written "inf" (JSON has no infinity)
+                # budget is written "inf" (JSON has no infinity); a set (the sensitive values
+                # of High-Low HR) is kept sorted, its canonical order
                 kept = mech.to_dict()[key]
-                assert kept == value or (kept == "inf" and value == math.inf), (key, value,
-                                                                                 kept)
+                if key == "sensitive":
+                    assert kept == sorted(int(v) for v in np.asarray(value).reshape(-1)), (
+                        key, value, kept)
+                else:
+                    assert kept == value or (kept == "inf" and value == math.inf), (
+                        key, value, kept)
     if mech.k <= 2**16:
         reports = privatize(mech, [0, mech.k - 1], 1)
         check_reports(mech, reports, 2)
@@ -250,11 +255,12 @@ def test_cli_spec_files(name, data):
                 f"the command refused a spec that from_dict accepts: {refusal}"
 
 
-SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "abr", "bhr",
+SPEC_COMMAND_NAMES = ["rr", "hr", "rappor", "oue", "olh", "ss", "cp", "abr", "bhr", "hlhr",
                       "RandomizedResponse", "Hadamardresponse", "AsymmetricBinaryResponse", "xx",
                       ""]
 BLOCK_SIZES = ["2,3", "1,1", "3", "1,1,2", "0,1", "2,-1", "2;3", "2,,3", " 2, 3 ", "4294967296,1",
                "9" * 30]
+SENSITIVE_LISTS = ["1,5,9", "", "0", "3,3", "1,,2", "-1", "a", "9" * 30, "0, 2 ,4", "+1"]
 NUMBERS = ["0", "1", "2", "-1", "3", "16", "1e400", "nan", "inf", "-inf", "0.5", "700",
            "700.1", "1e-320", "4294967296", "4294967297", "18446744073709551616", "1_0", "٣",
            "0x10", "", " 5", "9" * 5000]
@@ -277,6 +283,9 @@ def test_cli_spec_command(data):
                                                          "medium", "auto", "x"])),
                               label=option)
             argv += [option, value]
+    if data.draw(st.integers(0, 2)) == 0:
+        argv += ["--sensitive", data.draw(st.one_of(st.sampled_from(SENSITIVE_LISTS),
+                                                    st.text(max_size=8)), label="--sensitive")]
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "spec.json")
         ok, _ = cli_attempt(argv + ["-o", out])

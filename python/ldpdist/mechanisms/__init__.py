@@ -9,6 +9,7 @@ from .base import BitVectorMechanism, Mechanism, from_dict
 from .block_hadamard import BlockHadamardResponse
 from .compressive import CompressivePrivatization
 from .hadamard_response import HadamardResponse
+from .high_low_hadamard import HighLowHadamardResponse
 from .local_hashing import OptimizedLocalHashing
 from .one_bit_hadamard import OneBitHadamardResponse
 from .public_coin_hashing import PublicCoinHashing
@@ -31,6 +32,7 @@ SHORT_NAMES = {
     "pch": "PublicCoinHashing",
     "abr": "AsymmetricBinaryResponse",
     "bhr": "BlockHadamardResponse",
+    "hlhr": "HighLowHadamardResponse",
 }
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "BlockHadamardResponse",
     "CompressivePrivatization",
     "HadamardResponse",
+    "HighLowHadamardResponse",
     "OptimizedLocalHashing",
     "OneBitHadamardResponse",
     "PublicCoinHashing",
