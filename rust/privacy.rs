@@ -17,8 +17,9 @@
 //! # Exactness
 //! Every amount is the f64 value of the reference formula `(ln a − ln b) − E[x, x']`, bit for
 //! bit: the log channel `L = ln Q` is computed once with `f64::ln` (the C library's `log`,
-//! the function Python's `math.log` calls; 0 gives −∞), each difference is one IEEE
-//! subtraction, and maxima are exact whatever their order. Subtracting E after the maximum
+//! the function Python's `math.log` calls; 0 gives −∞), each difference is one correctly
+//! rounded subtraction (on the vector paths a fused multiply-add by 1, the same bits), and
+//! maxima are exact whatever their order. Subtracting E after the maximum
 //! changes nothing: rounding is monotone, so `fl(max_y d_y − e) = max_y fl(d_y − e)`. The
 //! kernel also takes minima: `M[x', x]` is `−min_y (L[x, y] − L[x', y])` over the outputs
 //! with `Q(y|x') > 0`, and `fl(−z) = −fl(z)`, so one subtraction serves both orders of a pair.
@@ -32,8 +33,8 @@
 //! # The kernel
 //! No k × k × |Y| temporary: the pairs are cut into blocks of [`TILE`] × [`TILE`] rows of L
 //! (the unordered pairs of row tiles I ≤ J, on rayon), the outputs into chunks of [`CHUNK`]
-//! so that a block's rows stay in L2 and the rows of a register block in L1, and a register
-//! block of RX × RY rows keeps its running maxima and minima in vector registers: per output
+//! so that a block's rows stay in L2 while register blocks sweep them, and a register block
+//! of RX × RY rows keeps its running maxima and minima in vector registers: per output
 //! lane one subtraction, one max and one min serve two ordered pairs. The subtraction is a
 //! fused multiply-add `fma(a, 1, −b)`, bit-identical to `a − b`, which leaves the add pipes
 //! to the maxima and minima (see `Lanes::difference`). The −∞/NaN cases are
@@ -549,7 +550,9 @@ fn register_block<V: Lanes, const RX: usize, const RY: usize>(
 ) -> ([[f64; RY]; RX], [[f64; RY]; RX]) {
     let len = a[0].len();
     assert!(
-        len % V::WIDTH == 0 && a.iter().all(|r| r.len() == len) && b.iter().all(|r| r.len() == len),
+        len.is_multiple_of(V::WIDTH)
+            && a.iter().all(|r| r.len() == len)
+            && b.iter().all(|r| r.len() == len),
         "rows of equal length, a multiple of the vector width"
     );
     // SAFETY (all `unsafe` below): rows hold `len` entries, o + WIDTH ≤ len (asserted
@@ -770,7 +773,7 @@ mod tests {
         let mut g = Rng(seed);
         let mut q: Vec<f64> = (0..k * n)
             .map(|_| {
-                if g.next() % 7 == 0 {
+                if g.next().is_multiple_of(7) {
                     0.0
                 } else {
                     g.uniform() + 1e-3
