@@ -8,7 +8,8 @@
 //! across commits. Kernels run on rayon's global pool (all cores unless
 //! `RAYON_NUM_THREADS` says otherwise), as they do for users.
 //!
-//! Group names read `kernel/variant/size`, e.g. `fwht/f64/1048576`, `omp/sign/m500_k10000_s25`.
+//! Group names read `kernel/variant/size`, e.g. `fwht/f64/1048576`, `omp/sign/m500_k10000_s25`,
+//! `privacy/verify/k2000_y4000`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 
 use ldpdist::hadamard::fwht_in_place;
 use ldpdist::omp::{omp, DenseMatrix};
+use ldpdist::privacy::{realized_budgets, verify};
 use ldpdist::rng::{key_from_u64, sample_bernoulli, sample_uniform};
 use ldpdist::signs::{column_signs, SignKind, SignMatrix};
 use ldpdist::simplex::{project_simplex, project_sparse_simplex};
@@ -274,12 +276,44 @@ fn bench_sampling(c: &mut Criterion) {
     group.finish();
 }
 
+/// A random k × n channel: rows of uniform (0, 1] weights, normalized (no zero entry).
+fn random_channel(seed: u64, k: usize, n: usize) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    let mut q: Vec<f64> = (0..k * n).map(|_| 1.0 - g.uniform()).collect();
+    for row in q.chunks_mut(n) {
+        let total: f64 = row.iter().sum();
+        row.iter_mut().for_each(|v| *v /= total);
+    }
+    q
+}
+
+fn bench_privacy(c: &mut Criterion) {
+    // The target: verify at k = 2000, |Y| = 4000 under 1 s on 2 cores.
+    let (k, n) = (2000usize, 4000usize);
+    let q = random_channel(19, k, n);
+    let mut e = vec![1.0; k * k];
+    (0..k).for_each(|x| e[x * k + x] = 0.0);
+    let mut group = c.benchmark_group("privacy");
+    group.sample_size(10);
+    // One "element" = one (ordered pair, output) triple: k·(k−1)·|Y| of them.
+    group.throughput(Throughput::Elements((k * (k - 1) * n) as u64));
+    let size = format!("k{k}_y{n}");
+    group.bench_function(BenchmarkId::new("verify", &size), |b| {
+        b.iter(|| verify(black_box(&q), k, n, black_box(&e)).unwrap())
+    });
+    group.bench_function(BenchmarkId::new("realized_budgets", &size), |b| {
+        b.iter(|| realized_budgets(black_box(&q), k, n).unwrap())
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
     bench_fwht,
     bench_simplex,
     bench_signs,
     bench_omp,
-    bench_sampling
+    bench_sampling,
+    bench_privacy
 );
 criterion_main!(benches);

@@ -4,9 +4,10 @@
 //! translates types and errors for the `ldpdist._core` extension module.
 //!
 //! Kernels: [`hadamard`] (FWHT), [`simplex`] (projections), [`signs`] (seeded bit-packed ±1
-//! matrices), [`omp`] (orthogonal matching pursuit), [`rng`] (keys, reproducible parallel
-//! streams, exact samplers), [`memory`] (the memory guard and its budget), [`interrupt`]
-//! (cooperative cancellation of long loops).
+//! matrices), [`omp`] (orthogonal matching pursuit), [`privacy`] (the exact verifier of
+//! pairwise privacy budgets), [`rng`] (keys, reproducible parallel streams, exact samplers),
+//! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
+//! long loops).
 
 pub mod error;
 pub mod finite;
@@ -16,6 +17,7 @@ pub mod mechanisms;
 pub mod memory;
 pub mod omp;
 mod parallel;
+pub mod privacy;
 pub mod rng;
 pub mod signs;
 mod simd;

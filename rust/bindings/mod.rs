@@ -8,6 +8,7 @@
 
 mod kernels;
 mod mechanisms;
+mod privacy;
 
 use crate::error::Error;
 use crate::interrupt;
@@ -226,5 +227,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_interruptible_sleep_for_tests, m)?)?;
     kernels::register(m)?;
     mechanisms::register(m)?;
+    privacy::register(m)?;
     Ok(())
 }

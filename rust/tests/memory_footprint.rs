@@ -22,6 +22,7 @@ use ldpdist::mechanisms::{
     aggregate, aggregate_bits, aggregation_footprint, bit_aggregation_footprint, row_bytes,
     BitMechanism, Estimator, Operation,
 };
+use ldpdist::privacy::{self, footprint as privacy_footprint};
 use ldpdist::rng::key_from_u64;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -212,6 +213,7 @@ fn declared_footprints_cover_the_allocations() {
     }
     failures.extend(aggregation_failures());
     failures.extend(public_coin_hashing_failures());
+    failures.extend(privacy_failures());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
@@ -313,6 +315,40 @@ fn public_coin_hashing_failures() -> Vec<String> {
                 failures.push(format!(
                     "PublicCoinHashing: {what} allocated {used} bytes at its peak, but its \
                      footprint declares {declared} (k = {k})"
+                ));
+            }
+        }
+    }
+    failures
+}
+
+/// The exact privacy verifier (`ldpdist::privacy`): `verify` and `realized_budgets` on the
+/// calling thread (small) and on rayon (several tiles and output chunks), and long rows.
+fn privacy_failures() -> Vec<String> {
+    let mut failures = Vec::new();
+    for (k, n) in [(20usize, 30usize), (300, 1000), (3, 100_000)] {
+        let q: Vec<f64> = (0..k * n)
+            .map(|i| 1.0 + (i as u32).wrapping_mul(2_654_435_761) as f64 / 2f64.powi(32))
+            .collect();
+        let mut e = vec![1.0; k * k];
+        (0..k).for_each(|x| e[x * k + x] = 0.0);
+        let cases = [
+            (
+                "verify",
+                peak_growth(|| privacy::verify(&q, k, n, &e).unwrap()),
+                privacy_footprint(k, n, privacy::Operation::Verify).bytes(),
+            ),
+            (
+                "realized_budgets",
+                peak_growth(|| privacy::realized_budgets(&q, k, n).unwrap()),
+                privacy_footprint(k, n, privacy::Operation::RealizedBudgets).bytes(),
+            ),
+        ];
+        for (what, used, declared) in cases {
+            if used > declared as usize + SLACK {
+                failures.push(format!(
+                    "privacy::{what} allocated {used} bytes at its peak, but its footprint \
+                     declares {declared} (k = {k}, |Y| = {n})"
                 ));
             }
         }
