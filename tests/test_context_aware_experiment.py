@@ -59,7 +59,7 @@ def test_the_grid_is_the_issue_s(quick):
 
 def test_every_context_aware_curve_is_under_its_bound(quick):
     """Bounds (19) and (24) hold for the expected ℓ1; the mean of the runs is far below them
-    (measured 0.3–0.8 of the bound), so a curve above one is a defect, not noise."""
+    (measured 0.23–0.72 of the bound), so a curve above one is a defect, not noise."""
     _, rows, _ = quick
     for (mechanism, n), l1 in mean_l1(rows).items():
         if mechanism.startswith("HL-HR"):

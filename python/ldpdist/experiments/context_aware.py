@@ -52,7 +52,7 @@ PRESETS: Dict[str, Preset] = {
         mechanisms=(("hr", ("raw",)), ("rr", ("raw",)),
                     *(("hlhr", ("raw",), {"sensitive": s}) for s in SENSITIVE),
                     *(("bhr", ("raw",), {"blocks": m}) for m in BLOCKS)),
-        distributions=(f"unif:{K}",), ks=(K,), epsilons=(EPSILON,), ns=_NS, runs=5,
+        distributions=(f"unif:{K}",), ks=(K,), epsilons=(EPSILON,), ns=_NS, runs=10,
         metric="l1", quick_ns=_NS[::3], quick_runs=2,
         tiny_ks=(1000,), tiny_ns=(10_000, 1_000_000), tiny_distributions=("unif:1000",),
         notes="p uniform on [0, k); s sensitive = the first s values; raw estimates",
