@@ -85,7 +85,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::hadamard::{fwht_in_place, fwht_in_place_checked, Butterfly};
-use crate::interrupt::{self, uninterrupted, Check};
+use crate::interrupt::{interruptible, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{BernoulliThreshold, Key, StreamRng};
 use rand_core::Rng;
@@ -436,14 +436,10 @@ impl BlockHadamardResponse {
         Ok(())
     }
 
-    /// Unbiased estimate from the report histogram (length S, `n > 0`).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
-    }
-
-    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from the report histogram (length S, `n > 0`).
+        pub fn estimate_raw / try_estimate_raw
+            = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
     }
 
     /// Every |entry| of the block transforms is at most the number of reports: exact in i64.
@@ -463,15 +459,10 @@ impl BlockHadamardResponse {
         Ok(self.estimate_from_transforms(|y| t[y] as f64 / n))
     }
 
-    /// Unbiased estimate from report frequencies (length S), e.g. exact expectations.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
-    }
-
-    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
-    /// interrupted.
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from report frequencies (length S), e.g. exact expectations.
+        pub fn estimate_from_frequencies / try_estimate_from_frequencies
+            = try_estimate_from_frequencies_with(freq: &[f64]) -> Vec<f64>;
     }
 
     fn try_estimate_from_frequencies_with<C: Check>(
@@ -503,14 +494,10 @@ impl BlockHadamardResponse {
             .collect()
     }
 
-    /// Expected report frequencies `Qᵀ dist` (length S), one FWHT per block.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
-    }
-
-    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
-    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
-        self.try_expected_frequencies_with(dist, &interrupt::check)
+    interruptible! {
+        /// Expected report frequencies `Qᵀ dist` (length S), one FWHT per block.
+        pub fn expected_frequencies / try_expected_frequencies
+            = try_expected_frequencies_with(dist: &[f64]) -> Vec<f64>;
     }
 
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -552,14 +539,10 @@ impl BlockHadamardResponse {
             });
     }
 
-    /// `Q w` (length k): `(Q w)_x = Σ_y Q(y|x) w_y`, the adjoint of `expected_frequencies`.
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
-    }
-
-    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
-    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
-        self.try_channel_apply_with(w, &interrupt::check)
+    interruptible! {
+        /// `Q w` (length k): `(Q w)_x = Σ_y Q(y|x) w_y`, the adjoint of `expected_frequencies`.
+        pub fn channel_apply / try_channel_apply
+            = try_channel_apply_with(w: &[f64]) -> Vec<f64>;
     }
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -921,7 +904,8 @@ mod tests {
         let counts: Vec<u64> = (0..size as u64).map(|z| (z * 2_654_435_761) % 97).collect();
         let n: u64 = counts.iter().sum();
         let mut t: Vec<i64> = counts.iter().map(|&c| c as i64).collect();
-        m.transform_blocks(&mut t, &interrupt::never).unwrap();
+        m.transform_blocks(&mut t, &crate::interrupt::never)
+            .unwrap();
         for b in m.blocks() {
             let block = &counts[b.offset as usize..(b.offset + b.outputs) as usize];
             for r in [0u64, 1, b.outputs - 1]

@@ -102,7 +102,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::hadamard::fwht_in_place_checked;
-use crate::interrupt::{self, uninterrupted, Check};
+use crate::interrupt::{interruptible, Check};
 use crate::memory::{allocate_zeroed, Footprint};
 use crate::rng::{BernoulliThreshold, Key, StreamRng};
 use rand_core::Rng;
@@ -371,14 +371,10 @@ impl HighLowHadamardResponse {
         }
     }
 
-    /// Unbiased estimate from the report histogram (length S + t, `n > 0`).
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        uninterrupted(self.try_estimate_raw_with(counts, n, &interrupt::never))
-    }
-
-    /// [`estimate_raw`](Self::estimate_raw), stopping when interrupted (`crate::interrupt`).
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        self.try_estimate_raw_with(counts, n, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from the report histogram (length S + t, `n > 0`).
+        pub fn estimate_raw / try_estimate_raw
+            = try_estimate_raw_with(counts: &[u64], n: u64) -> Vec<f64>;
     }
 
     /// The transform of the Hadamard part is exact in i64 (|entries| ≤ n).
@@ -397,15 +393,10 @@ impl HighLowHadamardResponse {
         self.assemble(check, |a| t[a + 1] as f64 * c_a, |u| slots[u] as f64 * c_n)
     }
 
-    /// Unbiased estimate from report frequencies (length S + t), e.g. exact expectations.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_estimate_from_frequencies_with(freq, &interrupt::never))
-    }
-
-    /// [`estimate_from_frequencies`](Self::estimate_from_frequencies), stopping when
-    /// interrupted.
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        self.try_estimate_from_frequencies_with(freq, &interrupt::check)
+    interruptible! {
+        /// Unbiased estimate from report frequencies (length S + t), e.g. exact expectations.
+        pub fn estimate_from_frequencies / try_estimate_from_frequencies
+            = try_estimate_from_frequencies_with(freq: &[f64]) -> Vec<f64>;
     }
 
     fn try_estimate_from_frequencies_with<C: Check>(
@@ -421,14 +412,10 @@ impl HighLowHadamardResponse {
         self.assemble(check, |a| t[a + 1] * c_a, |u| slots[u] * c_n)
     }
 
-    /// Expected report frequencies `Qᵀ dist` (length S + t), one FWHT of length S.
-    pub fn expected_frequencies(&self, dist: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_expected_frequencies_with(dist, &interrupt::never))
-    }
-
-    /// [`expected_frequencies`](Self::expected_frequencies), stopping when interrupted.
-    pub fn try_expected_frequencies(&self, dist: &[f64]) -> Result<Vec<f64>> {
-        self.try_expected_frequencies_with(dist, &interrupt::check)
+    interruptible! {
+        /// Expected report frequencies `Qᵀ dist` (length S + t), one FWHT of length S.
+        pub fn expected_frequencies / try_expected_frequencies
+            = try_expected_frequencies_with(dist: &[f64]) -> Vec<f64>;
     }
 
     fn try_expected_frequencies_with<C: Check>(&self, dist: &[f64], check: &C) -> Result<Vec<f64>> {
@@ -461,14 +448,10 @@ impl HighLowHadamardResponse {
         Ok(out)
     }
 
-    /// `Q w` (length k): `(Q w)_x = Σ_y Q(y|x) w_y`, the adjoint of `expected_frequencies`.
-    pub fn channel_apply(&self, w: &[f64]) -> Vec<f64> {
-        uninterrupted(self.try_channel_apply_with(w, &interrupt::never))
-    }
-
-    /// [`channel_apply`](Self::channel_apply), stopping when interrupted.
-    pub fn try_channel_apply(&self, w: &[f64]) -> Result<Vec<f64>> {
-        self.try_channel_apply_with(w, &interrupt::check)
+    interruptible! {
+        /// `Q w` (length k): `(Q w)_x = Σ_y Q(y|x) w_y`, the adjoint of `expected_frequencies`.
+        pub fn channel_apply / try_channel_apply
+            = try_channel_apply_with(w: &[f64]) -> Vec<f64>;
     }
 
     fn try_channel_apply_with<C: Check>(&self, w: &[f64], check: &C) -> Result<Vec<f64>> {
