@@ -61,7 +61,7 @@ pub fn uninterrupted<T>(outcome: Result<T>) -> T {
 /// blocks: `NAME` runs it with [`never`] (uninterruptible, so infallible) and `TRY_NAME` with
 /// [`check`] (returns `Error::Interrupted` once asked to stop).
 ///
-/// ```ignore
+/// ```text
 /// interruptible! {
 ///     /// Unbiased estimate from the report histogram.
 ///     pub fn estimate_raw / try_estimate_raw

@@ -478,7 +478,8 @@ pub(crate) fn hadamard_passes(
     chunk: usize,
     first_task: u64,
 ) -> Result<()> {
-    debug_assert!(chunk.is_power_of_two() && b.is_power_of_two() && b >= 2);
+    // b = 1 (High-Low HR without sensitive values: S = 1) has no pass: nothing to place.
+    debug_assert!(chunk.is_power_of_two() && b.is_power_of_two());
     debug_assert!(even.len() == odd.len() && even.len() as u64 % b == 0);
     let bits = b.trailing_zeros();
     let low = bits.min(chunk.trailing_zeros());
