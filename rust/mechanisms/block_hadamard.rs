@@ -1014,7 +1014,7 @@ mod tests {
         scale: f64,
         centre: impl Fn(usize) -> f64,
     ) {
-        use super::super::testing::{histogram_moments, mahalanobis};
+        use super::super::testing::{assert_output_moments, histogram_moments, mahalanobis};
         let (mean, cov) = histogram_moments(m, true_counts);
         let size = mean.len();
         let r = runs.len() as f64;
@@ -1031,25 +1031,7 @@ mod tests {
             }
         }
         if scale == 1.0 {
-            for y in 0..size {
-                let sample: Vec<f64> = runs.iter().map(|c| c[y] as f64).collect();
-                let avg = sample.iter().sum::<f64>() / r;
-                let var = sample.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / (r - 1.0);
-                let sigma2 = cov[y * size + y];
-                let se = (sigma2 / r).sqrt();
-                assert!(
-                    (avg - mean[y]).abs() <= 5.0 * se + 1e-9 * mean[y],
-                    "{label}: output {y} mean {avg} expected {} (se {se})",
-                    mean[y]
-                );
-                if sigma2 >= 10.0 {
-                    let tolerance = 6.0 * sigma2 * (2.0 / (r - 1.0)).sqrt();
-                    assert!(
-                        (var - sigma2).abs() <= tolerance,
-                        "{label}: output {y} variance {var} expected {sigma2}"
-                    );
-                }
-            }
+            assert_output_moments(label, runs, &mean, &cov);
         }
         let (mut statistic, mut df) = (0.0, 0usize);
         for (j, b) in m.blocks().iter().enumerate() {

@@ -1602,6 +1602,33 @@ pub(crate) mod testing {
         assert_law_of(label, m, simulate, true_counts, reps, seed);
     }
 
+    /// Each output's sample mean over `runs` histograms within 5 standard errors of `mean`,
+    /// and (when its variance is at least 10) its sample variance within 6 standard errors
+    /// of the exact one, the diagonal of `cov` (size × size).
+    pub fn assert_output_moments(label: &str, runs: &[Vec<u64>], mean: &[f64], cov: &[f64]) {
+        let size = mean.len();
+        let r = runs.len() as f64;
+        for y in 0..size {
+            let sample: Vec<f64> = runs.iter().map(|c| c[y] as f64).collect();
+            let avg = sample.iter().sum::<f64>() / r;
+            let var = sample.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / (r - 1.0);
+            let sigma2 = cov[y * size + y];
+            let se = (sigma2 / r).sqrt();
+            assert!(
+                (avg - mean[y]).abs() <= 5.0 * se + 1e-9 * mean[y],
+                "{label}: output {y} mean {avg} expected {} (se {se})",
+                mean[y]
+            );
+            if sigma2 >= 10.0 {
+                let tolerance = 6.0 * sigma2 * (2.0 / (r - 1.0)).sqrt();
+                assert!(
+                    (var - sigma2).abs() <= tolerance,
+                    "{label}: output {y} variance {var} expected {sigma2}"
+                );
+            }
+        }
+    }
+
     /// [`assert_simulation_law`] for the simulation function `simulate` (e.g. one of a
     /// mechanism's algorithms forced) of the channel of `m`.
     pub fn assert_law_of<E: Estimator>(
@@ -1622,25 +1649,7 @@ pub(crate) mod testing {
             assert_eq!(run.iter().sum::<u64>(), n, "{label}: total");
         }
         let r = reps as f64;
-        for y in 0..size {
-            let sample: Vec<f64> = runs.iter().map(|c| c[y] as f64).collect();
-            let avg = sample.iter().sum::<f64>() / r;
-            let var = sample.iter().map(|v| (v - avg) * (v - avg)).sum::<f64>() / (r - 1.0);
-            let sigma2 = cov[y * size + y];
-            let se = (sigma2 / r).sqrt();
-            assert!(
-                (avg - mean[y]).abs() <= 5.0 * se + 1e-9 * mean[y],
-                "{label}: output {y} mean {avg} expected {} (se {se})",
-                mean[y]
-            );
-            if sigma2 >= 10.0 {
-                let tolerance = 6.0 * sigma2 * (2.0 / (r - 1.0)).sqrt();
-                assert!(
-                    (var - sigma2).abs() <= tolerance,
-                    "{label}: output {y} variance {var} expected {sigma2}"
-                );
-            }
-        }
+        assert_output_moments(label, &runs, &mean, &cov);
         let pooled: Vec<f64> = (0..size)
             .map(|y| runs.iter().map(|c| c[y] as f64 - mean[y]).sum())
             .collect();
