@@ -5,7 +5,8 @@
 //!
 //! Kernels: [`hadamard`] (FWHT), [`simplex`] (projections), [`signs`] (seeded bit-packed ±1
 //! matrices), [`omp`] (orthogonal matching pursuit), [`privacy`] (the exact verifier of
-//! pairwise privacy budgets), [`rng`] (keys, reproducible parallel streams, exact samplers),
+//! pairwise privacy budgets), [`linear`] (linear queries: the exact L2 sensitivity, the Gaussian
+//! and rejection-sampling protocols), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
 //! long loops).
 
@@ -13,6 +14,7 @@ pub mod error;
 pub mod finite;
 pub mod hadamard;
 pub mod interrupt;
+pub mod linear;
 pub mod mechanisms;
 pub mod memory;
 pub mod omp;

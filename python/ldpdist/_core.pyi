@@ -50,6 +50,27 @@ def privacy_verify(
 ) -> Tuple[float, Optional[Tuple[int, int, int]]]: ...
 def privacy_realized_budgets(q: np.ndarray) -> np.ndarray: ...
 
+# -- linear queries (rust/linear/, rust/bindings/linear.rs) --------------------------------
+LINEAR_REPORT_CHUNK: int
+
+def linear_sensitivity(columns: np.ndarray) -> Tuple[float, Tuple[int, int]]:
+    """(Δ2, (v, v')): the exact diameter of the columns (J × d, C order)."""
+def linear_gaussian_privatize(
+    columns: np.ndarray, values: np.ndarray, sigma: float, key: Optional[bytes]
+) -> np.ndarray: ...
+def linear_rejection_privatize(
+    columns: np.ndarray,
+    values: np.ndarray,
+    sigma: float,
+    epsilon: float,
+    paper_faithful: bool,
+    key: Optional[bytes],
+) -> np.ndarray: ...
+def linear_mean(reports: np.ndarray, skip_bottom: bool) -> Tuple[np.ndarray, int]: ...
+def linear_acceptance(
+    columns: np.ndarray, outputs: np.ndarray, sigma: float, epsilon: float, paper_faithful: bool
+) -> np.ndarray: ...
+
 class _Mechanism:
     """Shared methods of the Rust mechanism classes (see ldpdist.mechanisms)."""
 

@@ -7,6 +7,7 @@
 //! are the last line of defence and raise the same exception classes.
 
 mod kernels;
+mod linear;
 mod mechanisms;
 mod privacy;
 
@@ -228,5 +229,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kernels::register(m)?;
     mechanisms::register(m)?;
     privacy::register(m)?;
+    linear::register(m)?;
     Ok(())
 }

@@ -1,0 +1,44 @@
+"""Linear queries under local differential privacy (papers/linear-queries-ldp.txt; read
+notes/linear-queries.md first).
+
+Setting: user values in [0, J); a query matrix A (d × J) whose column ``a_v`` is the vector of
+d answers for a user holding v; the server wants A·p, p the users' distribution (or A·p̂, p̂
+their histogram).
+
+Offline protocols (the query matrix is fixed in advance):
+
+GaussianLinearQueries(queries, epsilon, delta, calibration="analytic")
+    (ε, δ)-LDP, Algorithms 1/2: each user sends ``a_v + N(0, σ² I_d)``; σ is calibrated to the
+    exact L2 sensitivity Δ2 = max ‖a_v − a_v'‖ (the paper uses r, but Δ2 can be 2r).
+RejectionSamplingLinearQueries(queries, epsilon, n_users)
+    Pure ε-LDP, Algorithms 3/4 with a clipped acceptance probability (as printed, the
+    algorithm leaks through its output and is biased).
+
+Both keep the paper's formulas only behind ``paper_faithful=True``, which warns and is NOT
+private. Helpers: :func:`l2_sensitivity`; :mod:`ldpdist.linear.calibration` (Gaussian
+calibrations and the exact privacy profile); the rejection protocol's closed forms
+(:func:`good_set_tail`, :func:`rejection_sigma`, :func:`acceptance_probability`,
+:func:`accepted_mean_factor`).
+
+Rust core: rust/linear/ (sensitivity.rs, gaussian.rs, rejection.rs); sampling is chunked
+per-stream ChaCha12, so seeded reports are the same on any number of threads.
+"""
+
+from . import calibration
+from ._queries import QueryMatrix, l2_sensitivity
+from .gaussian import GaussianLinearQueries
+from .rejection import (MAX_EPSILON, RejectionSamplingLinearQueries, accepted_mean_factor,
+                        acceptance_probability, good_set_tail, rejection_sigma)
+
+__all__ = [
+    "GaussianLinearQueries",
+    "RejectionSamplingLinearQueries",
+    "QueryMatrix",
+    "l2_sensitivity",
+    "calibration",
+    "good_set_tail",
+    "rejection_sigma",
+    "acceptance_probability",
+    "accepted_mean_factor",
+    "MAX_EPSILON",
+]

@@ -1,0 +1,232 @@
+"""The Gaussian protocol for linear queries: Algorithms 1 and 2 of
+papers/linear-queries-ldp.txt, calibrated to the exact sensitivity (notes/linear-queries.md,
+erratum 1)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .. import _core, memory
+from .._validation import integer, one_of, seed_key
+from . import calibration as _cal
+from ._queries import QueryMatrix
+
+__all__ = ["GaussianLinearQueries"]
+
+CALIBRATIONS = ("analytic", "classic")
+
+PAPER_FAITHFUL_WARNING = (
+    "GaussianLinearQueries(paper_faithful=True) uses the paper's sigma = r*sqrt(2 ln(2/delta))"
+    "/epsilon, calibrated to the column-norm bound r although two users' answer vectors can be "
+    "up to 2r apart: it is NOT (epsilon, delta)-LDP in general (see .realized_delta for the "
+    "delta it actually has). Use it only to reproduce the paper."
+)
+
+
+class GaussianLinearQueries:
+    """(ε, δ)-LDP answers to d linear queries: user i sends ``a_{v_i} + N(0, σ² I_d)``; the
+    server averages (Algorithms 1 and 2 of papers/linear-queries-ldp.txt).
+
+    Parameters
+    ----------
+    queries : array_like, shape (d, J)
+        The query matrix A: column ``a_v`` holds the d answers for a user with value v.
+        Finite reals; d ≥ 1, J ≥ 1.
+    epsilon : float
+        ε > 0 (natural log).
+    delta : float
+        0 < δ < 1.
+    calibration : {"analytic", "classic"}, default "analytic"
+        How σ is derived from (ε, δ) and the exact L2 sensitivity Δ2 = max ‖a_v − a_v'‖
+        (computed, not assumed): ``"analytic"`` is the smallest σ whose exact privacy
+        profile (Balle & Wang 2018) meets δ, for any ε; ``"classic"`` is
+        ``Δ2 √(2 ln(1.25/δ))/ε``, ε < 1 only. See :mod:`ldpdist.linear.calibration`.
+    r : float, optional
+        A bound on the column norms (default: the largest column norm). Every column must
+        satisfy ``‖a_v‖ ≤ r`` (up to a relative 1e-12); r enters only :meth:`bound` and the
+        paper-faithful σ, never the private σ (which uses Δ2).
+    paper_faithful : bool, default False
+        **Not private in general.** Use the paper's σ = r √(2 ln(2/δ))/ε, which assumes
+        sensitivity r where it can be 2r. Emits a ``UserWarning``; :attr:`realized_delta`
+        then shows the δ actually achieved at ε (larger than ``delta`` whenever Δ2 is large
+        enough relative to r).
+
+    Notes
+    -----
+    J = 1, or all columns equal, gives Δ2 = 0: the report carries no information about the
+    user, so σ = 0 is exact and private (δ = 0). Reports are float64 rows (n × d).
+    Projection of the mean onto conv{±a_v} (Algorithm 2, step 6) is not applied here: the
+    server gets the raw mean (unbiased).
+    """
+
+    def __init__(self, queries: Any, epsilon: float, delta: float, *,
+                 calibration: str = "analytic", r: Optional[float] = None,
+                 paper_faithful: bool = False):
+        self._queries = QueryMatrix.of(queries, r)
+        self._epsilon, self._delta = _cal.check_epsilon_delta(epsilon, delta)
+        self._calibration = one_of(calibration, CALIBRATIONS, "calibration")
+        if not isinstance(paper_faithful, (bool, np.bool_)):
+            raise TypeError(f"paper_faithful must be a bool, got {paper_faithful!r}")
+        self._paper_faithful = bool(paper_faithful)
+        sens = self._queries.sensitivity
+        if self._paper_faithful:
+            warnings.warn(PAPER_FAITHFUL_WARNING, UserWarning, stacklevel=2)
+            self._sigma = _cal.paper_sigma(self._epsilon, self._delta, self._queries.r)
+        elif self._calibration == "classic":
+            self._sigma = _cal.classic_sigma(self._epsilon, self._delta, sens)
+        else:
+            self._sigma = _cal.analytic_sigma(self._epsilon, self._delta, sens)
+
+    # -- description ------------------------------------------------------------------------
+    @property
+    def queries(self) -> np.ndarray:
+        """The query matrix A (d × J, read-only float64)."""
+        return self._queries.matrix
+
+    @property
+    def d(self) -> int:
+        """Number of queries (report width)."""
+        return self._queries.d
+
+    @property
+    def domain_size(self) -> int:
+        """J, the number of user values (columns of A)."""
+        return self._queries.domain_size
+
+    @property
+    def r(self) -> float:
+        """The column-norm bound (given, or the largest column norm)."""
+        return self._queries.r
+
+    @property
+    def sensitivity(self) -> float:
+        """The exact L2 sensitivity Δ2 = max_{v,v'} ‖a_v − a_v'‖ (≤ 2r)."""
+        return self._queries.sensitivity
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def delta(self) -> float:
+        """The δ asked for (see :attr:`realized_delta` for the δ achieved)."""
+        return self._delta
+
+    @property
+    def calibration(self) -> str:
+        return self._calibration
+
+    @property
+    def paper_faithful(self) -> bool:
+        return self._paper_faithful
+
+    @property
+    def sigma(self) -> float:
+        """The noise standard deviation per coordinate."""
+        return self._sigma
+
+    @property
+    def realized_delta(self) -> float:
+        """The exact δ at :attr:`epsilon` of the noise in use (Balle & Wang's profile at
+        Δ2): ≤ :attr:`delta` unless ``paper_faithful``."""
+        return _cal.gaussian_delta(self._epsilon, self._sigma, self.sensitivity)
+
+    def __repr__(self) -> str:
+        flag = ", paper_faithful=True" if self._paper_faithful else ""
+        return (f"GaussianLinearQueries(d={self.d}, J={self.domain_size}, "
+                f"epsilon={self._epsilon!r}, delta={self._delta!r}, "
+                f"calibration={self._calibration!r}{flag}; sigma={self._sigma:.6g})")
+
+    # -- client -----------------------------------------------------------------------------
+    def privatize(self, values: Any, *, seed: Optional[int] = None) -> np.ndarray:
+        """Reports ``a_{v_i} + N(0, σ² I_d)``, one row per user.
+
+        Parameters
+        ----------
+        values : array_like of int, shape (n,)
+            User values in [0, J).
+        seed : int, optional
+            None draws from the OS; an integer in [0, 2**256) gives the same reports on any
+            number of threads.
+
+        Returns
+        -------
+        ndarray, shape (n, d), float64
+        """
+        values = self._queries.values(values)
+        key = seed_key(seed)
+        memory.check("privatize", [("the reports", 8 * values.size * self.d)])
+        return _core.linear_gaussian_privatize(self._queries.columns, values, self._sigma, key)
+
+    # -- server -----------------------------------------------------------------------------
+    def estimate(self, reports: Any) -> np.ndarray:
+        """The mean of the reports, ȳ = (1/n) Σ ỹ_i: an unbiased estimate of A·p̂ (p̂ the
+        users' histogram), shape (d,).
+
+        Parameters
+        ----------
+        reports : ndarray, shape (n, d), float64
+            Finite reports (n ≥ 1). Summed in fixed blocks in Rust, the same bits on any
+            number of threads, at memory bandwidth.
+        """
+        reports = self._queries.reports(reports)
+        mean, _ = _core.linear_mean(reports, False)
+        return mean
+
+    def bound(self, n: int, *, projected: bool = False) -> float:
+        """Theorem 3.2's bound on E‖ŷ − A p̂‖₂ at n users, for the σ actually used.
+
+        Raw mean (``projected=False``): ``σ √(d/n)`` (ȳ − A p̂ ~ N(0, σ²/n I_d), so this is
+        √E‖·‖², an upper bound on E‖·‖). With the paper's σ it is the theorem's
+        ``r √(2 d ln(2/δ)/(nε²))``; with the corrected σ it scales by σ_used/σ_paper.
+
+        Projected (``projected=True``, for an estimate projected onto conv{±a_v}): the
+        minimum of the raw bound and ``2 (σ r √(2 ln(2J)/n))^{1/2}`` (Corollary 2.3 of the
+        paper and E max_j |g_j| ≤ s √(2 ln(2J)) for J centred Gaussians of deviation ≤ s;
+        the paper writes √(ln J) there, which is not a valid bound for small J). This
+        branch scales by √(σ_used/σ_paper).
+        """
+        n = integer(n, "n", minimum=1)
+        raw = self._sigma * math.sqrt(self.d / n)
+        if not projected:
+            return raw
+        spread = self._sigma * self.r * math.sqrt(2 * math.log(2 * self.domain_size) / n)
+        return min(raw, 2 * math.sqrt(spread))
+
+    # -- spec -------------------------------------------------------------------------------
+    def to_dict(self) -> Dict[str, Any]:
+        """A JSON-safe spec: the parameters, the query matrix (as nested lists, exactly:
+        float64 values survive JSON round trips) and its SHA-256 fingerprint, and σ."""
+        return {
+            "protocol": "GaussianLinearQueries",
+            "queries": self._queries.matrix.tolist(),
+            "queries_sha256": self._queries.fingerprint(),
+            "epsilon": self._epsilon,
+            "delta": self._delta,
+            "calibration": self._calibration,
+            "r": self._queries.r,
+            "paper_faithful": self._paper_faithful,
+            "sigma": self._sigma,
+        }
+
+    @classmethod
+    def from_dict(cls, spec: Dict[str, Any]) -> "GaussianLinearQueries":
+        """Rebuild from :meth:`to_dict`; the fingerprint and σ are checked against the
+        rebuilt protocol (``ValueError`` on a mismatch)."""
+        if spec.get("protocol") != "GaussianLinearQueries":
+            raise ValueError(f"not a GaussianLinearQueries spec: protocol = "
+                             f"{spec.get('protocol')!r}")
+        made = cls(np.asarray(spec["queries"], dtype=np.float64), spec["epsilon"],
+                   spec["delta"], calibration=spec["calibration"], r=spec["r"],
+                   paper_faithful=spec["paper_faithful"])
+        if made._queries.fingerprint() != spec.get("queries_sha256"):
+            raise ValueError("the spec's query matrix does not match its fingerprint")
+        if made.sigma != spec.get("sigma"):
+            raise ValueError(f"the spec's sigma {spec.get('sigma')!r} differs from the one "
+                             f"recomputed, {made.sigma!r}")
+        return made
+

@@ -1,0 +1,145 @@
+//! Bindings of the linear-query kernels (`ldpdist.linear` wraps them).
+
+use super::{key_from, run_long, slice, to_py, InternalError};
+use crate::linear::{gaussian, rejection, sensitivity};
+use numpy::PyUntypedArrayMethods;
+use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+/// A 2-D float64 array as its row-major data and shape (C order only, no copy).
+fn rows<'a>(a: &'a PyReadonlyArray2<'_, f64>, what: &str) -> PyResult<(&'a [f64], usize, usize)> {
+    if !a.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a C-contiguous array"
+        )));
+    }
+    Ok((slice(a, what)?, a.shape()[0], a.shape()[1]))
+}
+
+/// `(Δ2, (v, v'))`: the exact diameter of the columns (J × d, one column per row).
+#[pyfunction]
+fn linear_sensitivity(
+    py: Python<'_>,
+    columns: PyReadonlyArray2<'_, f64>,
+) -> PyResult<(f64, (usize, usize))> {
+    let (columns, j, d) = rows(&columns, "the columns")?;
+    let units = (j as u64).saturating_mul(j as u64).saturating_mul(d as u64) / 2;
+    let diameter = run_long(py, units, || sensitivity::diameter(columns, j, d))?;
+    Ok((diameter.value, diameter.pair))
+}
+
+/// An n × d float64 array filled by `fill` without the GIL (memory guard first).
+fn new_reports<'py>(
+    py: Python<'py>,
+    n: usize,
+    d: usize,
+    fill: impl FnOnce(&mut [f64]) -> Result<(), crate::error::Error> + Send,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let total = n
+        .checked_mul(d)
+        .ok_or_else(|| pyo3::exceptions::PyMemoryError::new_err("n·d overflows"))?;
+    crate::memory::check_fits(total, 8, "the reports").map_err(to_py)?;
+    // SAFETY: the array is new and not shared; `fill` writes every element, and on error
+    // the array is dropped without being exposed.
+    let out = unsafe { PyArray2::<f64>::new(py, [n, d], false) };
+    let buffer =
+        unsafe { out.as_slice_mut() }.map_err(|e| InternalError::new_err(e.to_string()))?;
+    run_long(py, total as u64, || fill(buffer))?;
+    Ok(out)
+}
+
+/// Gaussian protocol reports `a_{v_i} + N(0, σ² I)` (n × d).
+#[pyfunction]
+fn linear_gaussian_privatize<'py>(
+    py: Python<'py>,
+    columns: PyReadonlyArray2<'py, f64>,
+    values: PyReadonlyArray1<'py, u32>,
+    sigma: f64,
+    key: Option<&[u8]>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let (columns, j, d) = rows(&columns, "the columns")?;
+    let values = slice(&values, "values")?;
+    let key = key_from(key).map_err(to_py)?;
+    new_reports(py, values.len(), d, |out| {
+        gaussian::privatize(columns, j, d, sigma, &key, values, out)
+    })
+}
+
+/// Rejection-sampling reports (n × d; ⊥ rows are NaN).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn linear_rejection_privatize<'py>(
+    py: Python<'py>,
+    columns: PyReadonlyArray2<'py, f64>,
+    values: PyReadonlyArray1<'py, u32>,
+    sigma: f64,
+    epsilon: f64,
+    paper_faithful: bool,
+    key: Option<&[u8]>,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let (columns, j, d) = rows(&columns, "the columns")?;
+    let values = slice(&values, "values")?;
+    let key = key_from(key).map_err(to_py)?;
+    let rule = if paper_faithful {
+        rejection::Acceptance::PaperFaithful
+    } else {
+        rejection::Acceptance::Clipped
+    };
+    new_reports(py, values.len(), d, |out| {
+        rejection::privatize(columns, j, d, sigma, epsilon, rule, &key, values, out)
+    })
+}
+
+/// `α_v(y)` of the rejection protocol for each output row y (m × d): an m × J array.
+#[pyfunction]
+fn linear_acceptance<'py>(
+    py: Python<'py>,
+    columns: PyReadonlyArray2<'py, f64>,
+    outputs: PyReadonlyArray2<'py, f64>,
+    sigma: f64,
+    epsilon: f64,
+    paper_faithful: bool,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let (columns, j, d) = rows(&columns, "the columns")?;
+    let (outputs, m, width) = rows(&outputs, "outputs")?;
+    if width != d {
+        return Err(PyValueError::new_err(format!("outputs must have d = {d} columns")));
+    }
+    let rule = if paper_faithful {
+        rejection::Acceptance::PaperFaithful
+    } else {
+        rejection::Acceptance::Clipped
+    };
+    let units = (m as u64).saturating_mul(j as u64).saturating_mul(d as u64);
+    let out = run_long(py, units, || {
+        rejection::acceptance_matrix(columns, j, d, sigma, epsilon, rule, outputs)
+    })?;
+    let array = numpy::ndarray::Array2::from_shape_vec((m, j), out)
+        .map_err(|e| InternalError::new_err(e.to_string()))?;
+    Ok(numpy::IntoPyArray::into_pyarray(array, py))
+}
+
+/// `(mean, rows averaged)` of reports (n × d); `skip_bottom` leaves out all-NaN (⊥) rows.
+#[pyfunction]
+fn linear_mean<'py>(
+    py: Python<'py>,
+    reports: PyReadonlyArray2<'py, f64>,
+    skip_bottom: bool,
+) -> PyResult<(Bound<'py, PyArray1<f64>>, u64)> {
+    let (reports, _, d) = rows(&reports, "reports")?;
+    let (mean, count) = run_long(py, reports.len() as u64, || {
+        gaussian::mean(reports, d, skip_bottom)
+    })?;
+    Ok((PyArray1::from_vec(py, mean), count))
+}
+
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("LINEAR_REPORT_CHUNK", gaussian::REPORT_CHUNK)?;
+    m.add_function(wrap_pyfunction!(linear_sensitivity, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_gaussian_privatize, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_rejection_privatize, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_mean, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_acceptance, m)?)?;
+    Ok(())
+}
