@@ -416,10 +416,45 @@ fn bench_high_low_hadamard(c: &mut Criterion) {
     group.finish();
 }
 
+/// Linear queries (rust/linear): Gaussian privatize at d = 16 (target ≥ 10 M reports/s),
+/// rejection-sampling privatize, and the server's mean of 10^7 × 16 reports (target: memory
+/// bandwidth, 1.28 GB per pass).
+fn bench_linear(c: &mut Criterion) {
+    use ldpdist::linear::{gaussian, rejection};
+    let (j, d) = (1000usize, 16usize);
+    let columns: Vec<f64> = (0..j * d).map(|i| ((i * 7919) % 1000) as f64 / 4000.0).collect();
+    let n = 1_000_000;
+    let xs: Vec<u32> = values(n).into_iter().map(|v| v % j as u32).collect();
+    let key = key_from_u64(4);
+    let mut out = vec![0.0f64; n * d];
+    let mut group = c.benchmark_group("linear");
+    group.throughput(Throughput::Elements(n as u64));
+    group.bench_function("gaussian_privatize/d16", |b| {
+        b.iter(|| gaussian::privatize(&columns, j, d, 7.0, &key, black_box(&xs), &mut out).unwrap())
+    });
+    group.bench_function("rejection_privatize/d16", |b| {
+        b.iter(|| {
+            rejection::privatize(&columns, j, d, 22.0, 1.0, rejection::Acceptance::Clipped, &key,
+                                 black_box(&xs), &mut out)
+                .unwrap()
+        })
+    });
+    let big = 10_000_000;
+    let big_xs: Vec<u32> = (0..big).map(|i| (i % j) as u32).collect();
+    let mut reports = vec![0.0f64; big * d];
+    gaussian::privatize(&columns, j, d, 7.0, &key, &big_xs, &mut reports).unwrap();
+    group.throughput(Throughput::Bytes((big * d * 8) as u64));
+    group.sample_size(10);
+    group.bench_function("mean/n1e7_d16", |b| {
+        b.iter(|| gaussian::mean(black_box(&reports), d, false).unwrap())
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
-        bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard
+        bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard, bench_linear
 }
 criterion_main!(benches);

@@ -111,7 +111,7 @@ class QueryMatrix:
             over = norms > bound * (1 + NORM_SLACK)
             if over.any():
                 v = int(np.argmax(over))
-                raise ValueError(f"column {v} of queries has norm {norms[v]!r} > r = {bound!r}; "
+                raise ValueError(f"column {v} of queries has norm {float(norms[v])!r} > r = {bound!r}; "
                                  "every column norm must be ≤ r")
         columns = np.ascontiguousarray(matrix.T)
         value, pair = _core.linear_sensitivity(columns)

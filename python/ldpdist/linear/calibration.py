@@ -89,11 +89,12 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
         raise ValueError(f"sensitivity must be ≥ 0, got {sensitivity}")
     if sensitivity == 0:
         return 0.0
-    # δ depends on σ/Δ only: solve for s = σ/Δ, then scale.
-    def too_small(s: float) -> bool:
-        return gaussian_delta(epsilon, s, 1.0) > delta
+    # Bisect σ itself (not σ/Δ, then scaled: the product's rounding could move δ above the
+    # target by an ulp), so the σ returned meets δ as computed.
+    def too_small(sigma: float) -> bool:
+        return gaussian_delta(epsilon, sigma, sensitivity) > delta
 
-    hi = 1.0
+    hi = sensitivity
     while too_small(hi):
         hi *= 2.0
     lo = hi / 2.0
@@ -108,7 +109,7 @@ def analytic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
             lo = mid
         else:
             hi = mid
-    return hi * sensitivity
+    return hi
 
 
 def classic_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
