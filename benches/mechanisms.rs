@@ -422,7 +422,9 @@ fn bench_high_low_hadamard(c: &mut Criterion) {
 fn bench_linear(c: &mut Criterion) {
     use ldpdist::linear::{gaussian, rejection};
     let (j, d) = (1000usize, 16usize);
-    let columns: Vec<f64> = (0..j * d).map(|i| ((i * 7919) % 1000) as f64 / 4000.0).collect();
+    let columns: Vec<f64> = (0..j * d)
+        .map(|i| ((i * 7919) % 1000) as f64 / 4000.0)
+        .collect();
     let n = 1_000_000;
     let xs: Vec<u32> = values(n).into_iter().map(|v| v % j as u32).collect();
     let key = key_from_u64(4);
@@ -434,9 +436,18 @@ fn bench_linear(c: &mut Criterion) {
     });
     group.bench_function("rejection_privatize/d16", |b| {
         b.iter(|| {
-            rejection::privatize(&columns, j, d, 22.0, 1.0, rejection::Acceptance::Clipped, &key,
-                                 black_box(&xs), &mut out)
-                .unwrap()
+            rejection::privatize(
+                &columns,
+                j,
+                d,
+                22.0,
+                1.0,
+                rejection::Acceptance::Clipped,
+                &key,
+                black_box(&xs),
+                &mut out,
+            )
+            .unwrap()
         })
     });
     let big = 10_000_000;

@@ -4,6 +4,7 @@ notes/linear-queries.md (erratum 2): pure ε-LDP and unbiased; the printed versi
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -173,3 +174,10 @@ def test_max_epsilon_is_where_the_bottom_bound_binds():
     assert ratio == pytest.approx(math.exp(e), rel=1e-9)
     assert 2.5 < e < 2.6
     assert acceptance_probability(0.0, 1.0) == 0.5
+
+
+def test_spec_round_trip():
+    mech = make(np.array([[1.0, 0.2], [0.0, -0.5]]), 0.9, 5000, r=1.2)
+    again = RejectionSamplingLinearQueries.from_dict(json.loads(json.dumps(mech.to_dict())))
+    assert again.sigma == mech.sigma and again.n_users == 5000 and again.r == 1.2
+    assert np.array_equal(again.queries, mech.queries)

@@ -104,7 +104,9 @@ fn linear_acceptance<'py>(
     let (columns, j, d) = rows(&columns, "the columns")?;
     let (outputs, m, width) = rows(&outputs, "outputs")?;
     if width != d {
-        return Err(PyValueError::new_err(format!("outputs must have d = {d} columns")));
+        return Err(PyValueError::new_err(format!(
+            "outputs must have d = {d} columns"
+        )));
     }
     let rule = if paper_faithful {
         rejection::Acceptance::PaperFaithful

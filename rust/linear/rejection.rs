@@ -66,7 +66,9 @@ pub fn acceptance_matrix(
     check_columns(columns, j, d)?;
     check_parameters(sigma, epsilon)?;
     if outputs.len() % d != 0 {
-        return Err(Error::Value(format!("outputs must be rows of d = {d} numbers")));
+        return Err(Error::Value(format!(
+            "outputs must be rows of d = {d} numbers"
+        )));
     }
     let m = outputs.len() / d;
     let half_norms = half_squared_norms(columns, j, d)?;
@@ -102,7 +104,9 @@ fn half_squared_norms(columns: &[f64], j: usize, d: usize) -> Result<Vec<f64>> {
 fn check_parameters(sigma: f64, epsilon: f64) -> Result<()> {
     check_sigma(sigma)?;
     if sigma == 0.0 {
-        return Err(Error::Value("sigma must be > 0 for rejection sampling".into()));
+        return Err(Error::Value(
+            "sigma must be > 0 for rejection sampling".into(),
+        ));
     }
     if !(epsilon > 0.0 && epsilon < 4.0 * std::f64::consts::LN_2) {
         return Err(Error::Value(format!(

@@ -220,9 +220,12 @@ class RejectionSamplingLinearQueries:
         else:
             self._sigma = rejection_sigma(epsilon, r, self._n_users)
         norms = np.sqrt(np.einsum("kv,kv->v", self._queries.matrix, self._queries.matrix))
-        self._acceptance = np.array([acceptance_probability(float(s) / self._sigma, epsilon,
-                                                            paper_faithful=self._paper_faithful)
-                                     for s in norms])
+        # P(accept | v) depends on ‖a_v‖ only: one closed form per distinct norm.
+        distinct, inverse = np.unique(norms, return_inverse=True)
+        per_norm = np.array([acceptance_probability(float(s) / self._sigma, epsilon,
+                                                    paper_faithful=self._paper_faithful)
+                             for s in distinct])
+        self._acceptance = per_norm[inverse.reshape(-1)]
 
     # -- description ------------------------------------------------------------------------
     @property
@@ -360,3 +363,19 @@ class RejectionSamplingLinearQueries:
             "paper_faithful": self._paper_faithful,
             "sigma": self._sigma,
         }
+
+    @classmethod
+    def from_dict(cls, spec: Dict[str, Any]) -> "RejectionSamplingLinearQueries":
+        """Rebuild from :meth:`to_dict`; the fingerprint and σ are checked against the
+        rebuilt protocol (``ValueError`` on a mismatch)."""
+        if spec.get("protocol") != "RejectionSamplingLinearQueries":
+            raise ValueError(f"not a RejectionSamplingLinearQueries spec: protocol = "
+                             f"{spec.get('protocol')!r}")
+        made = cls(np.asarray(spec["queries"], dtype=np.float64), spec["epsilon"],
+                   spec["n_users"], r=spec["r"], paper_faithful=spec["paper_faithful"])
+        if made._queries.fingerprint() != spec.get("queries_sha256"):
+            raise ValueError("the spec's query matrix does not match its fingerprint")
+        if made.sigma != spec.get("sigma"):
+            raise ValueError(f"the spec's sigma {spec.get('sigma')!r} differs from the one "
+                             f"recomputed, {made.sigma!r}")
+        return made
