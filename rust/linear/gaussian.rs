@@ -72,7 +72,7 @@ pub fn privatize(
 /// entries NaN is malformed. Any other non-finite entry is refused, naming its row. The mean of
 /// zero rows is an error (nothing to estimate from).
 pub fn mean(reports: &[f64], d: usize, skip_bottom: bool) -> Result<(Vec<f64>, u64)> {
-    if d == 0 || reports.len() % d != 0 {
+    if d == 0 || !reports.len().is_multiple_of(d) {
         return Err(Error::Value(format!(
             "reports must be rows of d = {d} numbers; got {} numbers",
             reports.len()
@@ -83,10 +83,9 @@ pub fn mean(reports: &[f64], d: usize, skip_bottom: bool) -> Result<(Vec<f64>, u
         let mut sums = vec![0.0f64; d];
         let mut count = 0u64;
         for row in block.chunks_exact(d) {
-            if skip_bottom && row[0].is_nan() {
-                if row.iter().all(|x| x.is_nan()) {
-                    continue;
-                }
+            // A ⊥ row is all NaN; testing its first entry keeps the common case to one compare.
+            if skip_bottom && row[0].is_nan() && row.iter().all(|x| x.is_nan()) {
+                continue;
             }
             for (s, &x) in sums.iter_mut().zip(row) {
                 *s += x;

@@ -65,7 +65,7 @@ pub fn acceptance_matrix(
 ) -> Result<Vec<f64>> {
     check_columns(columns, j, d)?;
     check_parameters(sigma, epsilon)?;
-    if outputs.len() % d != 0 {
+    if !outputs.len().is_multiple_of(d) {
         return Err(Error::Value(format!(
             "outputs must be rows of d = {d} numbers"
         )));
