@@ -13,7 +13,6 @@ import json
 import numpy as np
 import pytest
 from conftest import run_python
-
 from ldpdist import kernels as K
 
 
@@ -75,20 +74,25 @@ def test_matches_the_exact_projection_and_the_gap_is_honest(d, J, symmetric):
         assert early.converged == (early.gap <= 1e-12)
 
 
+def scipy_projection(optimize, V, y):
+    """The projection as a QP over the weights, by SLSQP."""
+    n = V.shape[1]
+    res = optimize.minimize(
+        lambda w: 0.5 * np.sum((V @ w - y) ** 2), np.full(n, 1 / n),
+        jac=lambda w: V.T @ (V @ w - y), method="SLSQP", bounds=[(0, None)] * n,
+        constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1, "jac": lambda w: np.ones(n)}],
+        options={"ftol": 1e-14, "maxiter": 1000})
+    return V @ res.x
+
+
 def test_matches_scipy_when_available():
     optimize = pytest.importorskip("scipy.optimize")
     rng = np.random.default_rng(5)
     for symmetric in (True, False):
         A, y = random_case(rng, 4, 12, 2.0)
-        V = vertices(A, symmetric)
-        n = V.shape[1]
-        res = optimize.minimize(
-            lambda w: 0.5 * np.sum((V @ w - y) ** 2), np.full(n, 1 / n),
-            jac=lambda w: V.T @ (V @ w - y), method="SLSQP", bounds=[(0, None)] * n,
-            constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1, "jac": lambda w: np.ones(n)}],
-            options={"ftol": 1e-14, "maxiter": 1000})
         r = K.project_hull(A, y, symmetric=symmetric, tol=1e-12)
-        assert np.linalg.norm(r.point - V @ res.x) <= 1e-5
+        reference = scipy_projection(optimize, vertices(A, symmetric), y)
+        assert np.linalg.norm(r.point - reference) <= 1e-5
         assert np.linalg.norm(r.point - exact_projection(A, y, symmetric)) <= 1e-6
 
 
@@ -209,17 +213,17 @@ def test_bad_input_messages():
     A = np.ones((2, 3))
     y = np.zeros(2)
     cases = [
-        (dict(points=A.astype(np.float32), y=y), TypeError, "float64"),
-        (dict(points=np.ones(3), y=y), ValueError, "two-dimensional"),
-        (dict(points=np.ones((0, 3)), y=np.zeros(0)), ValueError, "at least one row"),
-        (dict(points=np.ones((2, 0)), y=y), ValueError, "at least one row"),
-        (dict(points=A, y=np.zeros(3)), ValueError, "length 3"),
-        (dict(points=A, y=np.array([0.0, np.nan])), ValueError, "y must be finite"),
-        (dict(points=A, y=y, tol=0.0), ValueError, "tol"),
-        (dict(points=A, y=y, tol=float("inf")), ValueError, "tol"),
-        (dict(points=A, y=y, max_iter=0), ValueError, "max_iter"),
-        (dict(points=A, y=y, max_iter=1.5), TypeError, "max_iter"),
-        (dict(points=A, y=y, symmetric="yes"), TypeError, "symmetric"),
+        ({"points": A.astype(np.float32), "y": y}, TypeError, "float64"),
+        ({"points": np.ones(3), "y": y}, ValueError, "two-dimensional"),
+        ({"points": np.ones((0, 3)), "y": np.zeros(0)}, ValueError, "at least one row"),
+        ({"points": np.ones((2, 0)), "y": y}, ValueError, "at least one row"),
+        ({"points": A, "y": np.zeros(3)}, ValueError, "length 3"),
+        ({"points": A, "y": np.array([0.0, np.nan])}, ValueError, "y must be finite"),
+        ({"points": A, "y": y, "tol": 0.0}, ValueError, "tol"),
+        ({"points": A, "y": y, "tol": float("inf")}, ValueError, "tol"),
+        ({"points": A, "y": y, "max_iter": 0}, ValueError, "max_iter"),
+        ({"points": A, "y": y, "max_iter": 1.5}, TypeError, "max_iter"),
+        ({"points": A, "y": y, "symmetric": "yes"}, TypeError, "symmetric"),
     ]
     for kwargs, error, words in cases:
         with pytest.raises(error, match=words):
