@@ -294,7 +294,8 @@ impl Cholesky {
             row.push((m[r] - partial) / l[r]);
         }
         let pivot = m[k] - row.iter().map(|v| v * v).sum::<f64>();
-        if !(pivot > DEPENDENT_PIVOT * m[k]) {
+        let independent = pivot > DEPENDENT_PIVOT * m[k]; // false for NaN as well
+        if !independent {
             return false;
         }
         row.push(pivot.sqrt());

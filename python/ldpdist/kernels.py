@@ -25,7 +25,7 @@ sample_uniform, sample_bernoulli
 from __future__ import annotations
 
 import sys
-from typing import Any, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,21 +33,21 @@ from . import _core
 from ._validation import float_vector, int64_vector, integer, real, seed_key
 
 __all__ = [
+    "SIGN_KINDS",
+    "HullProjection",
+    "OmpResult",
+    "SignMatrix",
     "fwht",
     "fwht_inplace",
     "fwht_int",
-    "project_simplex",
-    "project_sparse_simplex",
-    "SignMatrix",
-    "sign_column",
     "omp",
     "omp_details",
-    "OmpResult",
     "project_hull",
-    "HullProjection",
-    "sample_uniform",
+    "project_simplex",
+    "project_sparse_simplex",
     "sample_bernoulli",
-    "SIGN_KINDS",
+    "sample_uniform",
+    "sign_column",
 ]
 
 SIGN_KINDS = ("rademacher", "bernoulli", "balanced")
@@ -150,7 +150,7 @@ def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
 # Sign matrices
 
 
-def _sign_kind(kind: Any, p: Any) -> Tuple[str, float]:
+def _sign_kind(kind: Any, p: Any) -> tuple[str, float]:
     if kind not in SIGN_KINDS:
         raise ValueError(f"kind must be one of {SIGN_KINDS}, got {kind!r}")
     p = real(p, "p")
@@ -202,7 +202,7 @@ class SignMatrix:
         return self._inner.k
 
     @property
-    def shape(self) -> Tuple[int, int]:
+    def shape(self) -> tuple[int, int]:
         return (self._inner.m, self._inner.k)
 
     @property
@@ -273,7 +273,7 @@ class OmpResult(NamedTuple):
 
     coef: np.ndarray
     """float64 (k,): the solution, zero off the support."""
-    support: List[int]
+    support: list[int]
     """Chosen columns, in the order they were chosen."""
     residual_norm: float
     """``||y - A @ coef - intercept||_2``."""
@@ -285,8 +285,8 @@ class OmpResult(NamedTuple):
     """Coefficient of the all-ones atom (``intercept=True``), else 0."""
 
 
-def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
-                tol: Optional[float] = None, *, intercept: bool = False) -> OmpResult:
+def omp_details(A: np.ndarray | SignMatrix, y: Any, s: int,
+                tol: float | None = None, *, intercept: bool = False) -> OmpResult:
     """Orthogonal matching pursuit, with the support and the stopping reason.
 
     See :func:`omp` for the parameters.
@@ -318,7 +318,7 @@ def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
     return OmpResult(*result)
 
 
-def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] = None, *,
+def omp(A: np.ndarray | SignMatrix, y: Any, s: int, tol: float | None = None, *,
         intercept: bool = False) -> np.ndarray:
     """Orthogonal matching pursuit: a sparse ``x`` with ``A @ x ≈ y``.
 
@@ -455,7 +455,7 @@ def project_hull(points: Any, y: Any, *, symmetric: bool = True, tol: float = 1e
 # Sampling
 
 
-def sample_uniform(n: int, size: int, seed: Optional[int] = None) -> np.ndarray:
+def sample_uniform(n: int, size: int, seed: int | None = None) -> np.ndarray:
     """``size`` independent exact draws from ``{0, …, n-1}``, as uint64.
 
     Parallel and reproducible: with an integer ``seed`` the result is bit-identical whatever
@@ -466,7 +466,7 @@ def sample_uniform(n: int, size: int, seed: Optional[int] = None) -> np.ndarray:
     return _core.sample_uniform(seed_key(seed), n, size)
 
 
-def sample_bernoulli(p: float, size: int, seed: Optional[int] = None) -> np.ndarray:
+def sample_bernoulli(p: float, size: int, seed: int | None = None) -> np.ndarray:
     """``size`` independent Bernoulli(p) draws, exact for the binary value of ``p``; bool."""
     p = real(p, "p")
     if not 0.0 <= p <= 1.0:
