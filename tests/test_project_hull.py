@@ -235,3 +235,20 @@ def test_bad_input_messages():
     # Lists are converted.
     r = K.project_hull([[1.0, 0.0], [0.0, 1.0]], [2.0, 2.0], symmetric=False)
     assert np.allclose(r.point, [0.5, 0.5], atol=1e-4)
+
+
+def test_buffers_go_through_the_memory_guard():
+    import ldpdist
+
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((50, 400))
+    y = rng.standard_normal(50)
+    ldpdist.set_memory_limit(10_000)
+    try:
+        with pytest.raises(MemoryError, match="projection onto the hull"):
+            K.project_hull(A, y)  # the working set and Cholesky factor (Rust)
+        with pytest.raises(MemoryError, match="C-order copy"):
+            K.project_hull(np.asfortranarray(A), y)
+    finally:
+        ldpdist.set_memory_limit(None)
+    assert K.project_hull(A, y).converged

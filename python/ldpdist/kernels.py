@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _core
+from . import _core, memory
 from ._validation import float_vector, int64_vector, integer, real, seed_key
 
 __all__ = [
@@ -445,6 +445,8 @@ def project_hull(points: Any, y: Any, *, symmetric: bool = True, tol: float = 1e
         raise ValueError(f"tol must be > 0, got {tol}")
     max_iter = integer(max_iter, "max_iter", minimum=1, maximum=2**63 - 1)
     if not points.flags.c_contiguous:
+        memory.check("project_hull's C-order copy of points", [("points", 8 * points.size)],
+                     hint="pass points in C order (numpy's default) to avoid the copy")
         points = np.ascontiguousarray(points)
     # NaN/inf in points are reported by Rust (element (i, j)), saving a pass over the matrix.
     result = _core.project_hull(points, y, bool(symmetric), tol, max_iter)
