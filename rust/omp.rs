@@ -119,7 +119,7 @@ const COLUMN_BLOCK: usize = 512;
 multiversion! {
     /// `out[c] += Σ_i r_i · A[i, first + c]` over a block of columns of a row-major matrix,
     /// four rows per sweep so `out` is loaded and stored a quarter as often.
-    fn rmatvec_row_major_block(data: &[f64], cols: usize, first: usize, r: &[f64], out: &mut [f64]) {
+    pub(crate) fn rmatvec_row_major_block(data: &[f64], cols: usize, first: usize, r: &[f64], out: &mut [f64]) {
         let width = out.len();
         let row = |i: usize| &data[i * cols + first..i * cols + first + width];
         let quads = r.len() / 4;

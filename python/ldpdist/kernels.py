@@ -15,6 +15,9 @@ SignMatrix, sign_column
     Seeded, bit-packed ±1 matrices whose column ``j`` is a pure function of ``(seed, j)``.
 omp, omp_details
     Orthogonal matching pursuit on a dense float64 matrix or a ``SignMatrix``.
+project_hull
+    Euclidean projection onto the convex hull of a matrix's columns (optionally with their
+    negatives), with a certified duality gap.
 sample_uniform, sample_bernoulli
     Exact, reproducible parallel samplers (the building blocks of the mechanisms).
 """
@@ -22,27 +25,29 @@ sample_uniform, sample_bernoulli
 from __future__ import annotations
 
 import sys
-from typing import Any, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _core
+from . import _core, memory
 from ._validation import float_vector, int64_vector, integer, real, seed_key
 
 __all__ = [
+    "SIGN_KINDS",
+    "HullProjection",
+    "OmpResult",
+    "SignMatrix",
     "fwht",
     "fwht_inplace",
     "fwht_int",
-    "project_simplex",
-    "project_sparse_simplex",
-    "SignMatrix",
-    "sign_column",
     "omp",
     "omp_details",
-    "OmpResult",
-    "sample_uniform",
+    "project_hull",
+    "project_simplex",
+    "project_sparse_simplex",
     "sample_bernoulli",
-    "SIGN_KINDS",
+    "sample_uniform",
+    "sign_column",
 ]
 
 SIGN_KINDS = ("rademacher", "bernoulli", "balanced")
@@ -145,7 +150,7 @@ def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
 # Sign matrices
 
 
-def _sign_kind(kind: Any, p: Any) -> Tuple[str, float]:
+def _sign_kind(kind: Any, p: Any) -> tuple[str, float]:
     if kind not in SIGN_KINDS:
         raise ValueError(f"kind must be one of {SIGN_KINDS}, got {kind!r}")
     p = real(p, "p")
@@ -197,7 +202,7 @@ class SignMatrix:
         return self._inner.k
 
     @property
-    def shape(self) -> Tuple[int, int]:
+    def shape(self) -> tuple[int, int]:
         return (self._inner.m, self._inner.k)
 
     @property
@@ -268,7 +273,7 @@ class OmpResult(NamedTuple):
 
     coef: np.ndarray
     """float64 (k,): the solution, zero off the support."""
-    support: List[int]
+    support: list[int]
     """Chosen columns, in the order they were chosen."""
     residual_norm: float
     """``||y - A @ coef - intercept||_2``."""
@@ -280,8 +285,8 @@ class OmpResult(NamedTuple):
     """Coefficient of the all-ones atom (``intercept=True``), else 0."""
 
 
-def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
-                tol: Optional[float] = None, *, intercept: bool = False) -> OmpResult:
+def omp_details(A: np.ndarray | SignMatrix, y: Any, s: int,
+                tol: float | None = None, *, intercept: bool = False) -> OmpResult:
     """Orthogonal matching pursuit, with the support and the stopping reason.
 
     See :func:`omp` for the parameters.
@@ -313,7 +318,7 @@ def omp_details(A: Union[np.ndarray, SignMatrix], y: Any, s: int,
     return OmpResult(*result)
 
 
-def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] = None, *,
+def omp(A: np.ndarray | SignMatrix, y: Any, s: int, tol: float | None = None, *,
         intercept: bool = False) -> np.ndarray:
     """Orthogonal matching pursuit: a sparse ``x`` with ``A @ x ≈ y``.
 
@@ -352,10 +357,107 @@ def omp(A: Union[np.ndarray, SignMatrix], y: Any, s: int, tol: Optional[float] =
 
 
 # --------------------------------------------------------------------------------------
+# Projection onto a convex hull
+
+
+class HullProjection(NamedTuple):
+    """Outcome of :func:`project_hull`."""
+
+    point: np.ndarray
+    """float64 (d,): the projected point, a convex combination of the vertices."""
+    gap: float
+    """The Frank–Wolfe duality gap at ``point`` (squared units of the points): an upper
+    bound on ``||point - P(y)||**2`` and on ``(||point - y||**2 - ||P(y) - y||**2) / 2``."""
+    iterations: int
+    """Full scans of the columns (one ``A.T @ g`` each), after the initial one."""
+    converged: bool
+    """Whether ``gap <= tol``. False when ``max_iter`` scans were not enough, or when
+    ``tol`` is below what double precision can certify; ``point`` is then the best point
+    found, with its own gap."""
+
+
+def project_hull(points: Any, y: Any, *, symmetric: bool = True, tol: float = 1e-9,
+                 max_iter: int = 10_000) -> HullProjection:
+    """Euclidean projection of ``y`` onto the convex hull of the columns of ``points``.
+
+    With ``symmetric=True`` the hull is ``conv{±a_v}`` (the linear-queries paper's
+    ``L = A·B_1^J``, the set of ``A @ x`` with ``||x||_1 <= 1``); with ``symmetric=False`` it
+    is ``conv{a_v}`` (the set of ``A @ p`` for ``p`` in the probability simplex). Solved by
+    Wolfe's minimum-norm-point algorithm (a Frank–Wolfe method with an active set of at most
+    ``d + 1`` vertices that terminates on polytopes), whose linear minimizations run first on
+    a small working set of vertices and then, to certify, over all columns: each iteration is
+    one scan ``A.T @ g`` (O(dJ), parallel over column blocks). Results are bit-identical on any
+    number of threads.
+
+    Parameters
+    ----------
+    points : ndarray of float64, shape (d, J)
+        The vertices ``a_v`` as columns, ``d >= 1``, ``J >= 1``, finite. C order is read in
+        place; other layouts are copied once.
+    y : array_like of float64, shape (d,)
+        The point to project (finite).
+    symmetric : bool, default True
+        Project onto ``conv{±a_v}`` (True) or ``conv{a_v}`` (False).
+    tol : float, default 1e-9
+        Stop when the duality gap ``<(w - y), (w - s)>`` (``s`` the vertex minimizing
+        ``<w - y, s>``) is ``<= tol``. Absolute, in squared units of the points: it bounds
+        ``||w - P(y)||**2``, so the returned point is within ``sqrt(tol)`` of the projection.
+    max_iter : int, default 10000
+        Maximum number of full scans; when reached, ``converged`` is False.
+
+    Returns
+    -------
+    HullProjection
+        ``(point, gap, iterations, converged)``.
+
+    Raises
+    ------
+    TypeError
+        ``points`` or ``y`` is an array of another dtype, or an argument has a wrong type.
+    ValueError
+        Wrong shapes, an empty matrix, NaN/inf entries (named by position), ``tol <= 0`` or
+        ``max_iter < 1``.
+    MemoryError
+        The working buffers (about ``12 * d**2`` bytes for large d) exceed the memory budget.
+    """
+    if isinstance(points, np.ndarray):
+        if points.dtype != np.float64:
+            raise TypeError(f"points must have dtype float64, got {points.dtype}; convert "
+                            "explicitly with points.astype(np.float64) if that is what you mean")
+    else:
+        try:
+            points = np.asarray(points, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"points must be a 2-D array of real numbers: {exc}") from None
+    if points.ndim != 2:
+        raise ValueError(f"points must be two-dimensional (d, J), got shape {points.shape}")
+    d, j = points.shape
+    if d < 1 or j < 1:
+        raise ValueError(f"points must have at least one row and one column, got shape "
+                         f"{points.shape}")
+    y = float_vector(y, "y")
+    if y.size != d:
+        raise ValueError(f"y has length {y.size} but the points have dimension d = {d}")
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+    tol = real(tol, "tol")
+    if tol <= 0:
+        raise ValueError(f"tol must be > 0, got {tol}")
+    max_iter = integer(max_iter, "max_iter", minimum=1, maximum=2**63 - 1)
+    if not points.flags.c_contiguous:
+        memory.check("project_hull's C-order copy of points", [("points", 8 * points.size)],
+                     hint="pass points in C order (numpy's default) to avoid the copy")
+        points = np.ascontiguousarray(points)
+    # NaN/inf in points are reported by Rust (element (i, j)), saving a pass over the matrix.
+    result = _core.project_hull(points, y, bool(symmetric), tol, max_iter)
+    return HullProjection(*result)
+
+
+# --------------------------------------------------------------------------------------
 # Sampling
 
 
-def sample_uniform(n: int, size: int, seed: Optional[int] = None) -> np.ndarray:
+def sample_uniform(n: int, size: int, seed: int | None = None) -> np.ndarray:
     """``size`` independent exact draws from ``{0, …, n-1}``, as uint64.
 
     Parallel and reproducible: with an integer ``seed`` the result is bit-identical whatever
@@ -366,7 +468,7 @@ def sample_uniform(n: int, size: int, seed: Optional[int] = None) -> np.ndarray:
     return _core.sample_uniform(seed_key(seed), n, size)
 
 
-def sample_bernoulli(p: float, size: int, seed: Optional[int] = None) -> np.ndarray:
+def sample_bernoulli(p: float, size: int, seed: int | None = None) -> np.ndarray:
     """``size`` independent Bernoulli(p) draws, exact for the binary value of ``p``; bool."""
     p = real(p, "p")
     if not 0.0 <= p <= 1.0:

@@ -3,6 +3,7 @@
 use super::{key_from, new_filled, run, run_long, slice, to_py, InternalError};
 use crate::error::Error;
 use crate::hadamard;
+use crate::hull;
 use crate::omp::{self, DenseMatrix, OmpResult, OmpStop};
 use crate::rng;
 use crate::signs::{self, SignKind};
@@ -287,6 +288,37 @@ fn omp_sign<'py>(
 }
 
 // ---------------------------------------------------------------------------------------
+// Hull projection
+
+#[pyfunction]
+#[pyo3(signature = (points, y, symmetric, tol, max_iter))]
+fn project_hull<'py>(
+    py: Python<'py>,
+    points: PyReadonlyArray2<'py, f64>,
+    y: PyReadonlyArray1<'py, f64>,
+    symmetric: bool,
+    tol: f64,
+    max_iter: usize,
+) -> PyResult<(Bound<'py, PyArray1<f64>>, f64, usize, bool)> {
+    let (d, j) = (points.shape()[0], points.shape()[1]);
+    if !points.is_c_contiguous() {
+        return Err(PyValueError::new_err("points must be a C-contiguous array"));
+    }
+    let data = slice(&points, "points")?;
+    let y = slice(&y, "y")?;
+    let units = (d as u64).saturating_mul(j as u64).saturating_mul(4);
+    let result = run_long(py, units, || {
+        hull::project_hull(data, d, j, y, symmetric, tol, max_iter)
+    })?;
+    Ok((
+        result.point.into_pyarray(py),
+        result.gap,
+        result.iterations,
+        result.converged,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
 // Sampling
 
 #[pyfunction]
@@ -340,6 +372,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(column_signs, m)?)?;
     m.add_function(wrap_pyfunction!(omp_dense, m)?)?;
     m.add_function(wrap_pyfunction!(omp_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(project_hull, m)?)?;
     m.add_function(wrap_pyfunction!(sample_uniform, m)?)?;
     m.add_function(wrap_pyfunction!(sample_bernoulli, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
