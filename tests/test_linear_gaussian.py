@@ -269,3 +269,45 @@ def test_paper_faithful_warns_loudly():
         warnings.simplefilter("always")
         make(np.eye(2), 1.0, 1e-5, paper_faithful=True)
     assert any("NOT (epsilon, delta)-LDP" in str(w.message) for w in caught)
+
+
+# -- projection of the server's mean ----------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", ["gaussian", "rejection"])
+def test_projection_is_project_hull_and_never_moves_away_from_the_target(protocol):
+    rng = np.random.default_rng(21)
+    a = np.sign(rng.normal(size=(16, 300))) / 4.0        # ±1/√d queries, r = 1
+    p = rng.dirichlet(np.full(300, 0.5))
+    target = a @ p                                          # in conv{a_v} ⊂ conv{±a_v}
+    n = 400                                                 # few users: a far-off mean
+    values = rng.choice(300, size=n, p=p)
+    mech = (make(a, 1.0, 1e-6) if protocol == "gaussian"
+            else ldpdist.linear.RejectionSamplingLinearQueries(a, 1.0, n_users=n))
+    reports = mech.privatize(values, seed=3)
+    raw = mech.estimate(reports)
+    for projection, symmetric in (("symmetric", True), ("convex", False)):
+        projected = mech.estimate(reports, projection=projection)
+        expected = ldpdist.kernels.project_hull(a, raw, symmetric=symmetric, tol=1e-12).point
+        np.testing.assert_array_equal(projected, expected)
+        assert np.linalg.norm(projected - target) <= np.linalg.norm(raw - target)
+    # at n = 400 the raw mean is far outside the hull: projecting helps a lot
+    assert (np.linalg.norm(mech.estimate(reports, projection="convex") - target)
+            < 0.5 * np.linalg.norm(raw - target))
+    np.testing.assert_array_equal(mech.estimate(reports, projection="none"), raw)
+    with pytest.raises(ValueError, match="projection"):
+        mech.estimate(reports, projection="simplex")
+
+
+def test_unconverged_projection_warns_with_its_gap(monkeypatch):
+    rng = np.random.default_rng(5)
+    a = rng.normal(size=(8, 50))
+    mech = make(a, 1.0, 1e-6)
+    reports = mech.privatize(rng.integers(0, 50, size=20), seed=1)
+    real_project = ldpdist.kernels.project_hull
+
+    def one_iteration(*args, **kwargs):
+        return real_project(*args, **{**kwargs, "max_iter": 1})
+
+    monkeypatch.setattr(ldpdist.kernels, "project_hull", one_iteration)
+    with pytest.warns(RuntimeWarning, match="duality gap"):
+        mech.estimate(reports, projection="symmetric", tol=1e-300)

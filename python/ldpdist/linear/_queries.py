@@ -10,10 +10,14 @@ from typing import Any, Optional, Tuple
 import numpy as np
 
 from .. import _core, memory
-from .._validation import as_array, real, shown
+from .._validation import as_array, one_of, real, shown
 from ..mechanisms.base import values_array
 
-__all__ = ["QueryMatrix", "l2_sensitivity"]
+__all__ = ["QueryMatrix", "l2_sensitivity", "PROJECTIONS"]
+
+#: Server-side projections of a mean: none, onto conv{±a_v} (the paper's A·B_1^J), onto
+#: conv{a_v} (tighter: A·p lies in it for every distribution p).
+PROJECTIONS = ("none", "symmetric", "convex")
 
 #: Relative slack on ``‖a_v‖ ≤ r``: a bound computed in floating point (e.g. ``r = 1`` for
 #: unit columns normalised with ``/ np.linalg.norm``) may sit a few ulps below the norms.
@@ -123,6 +127,25 @@ class QueryMatrix:
         """User values as a uint32 array, checked to lie in [0, J) (naming the first that
         does not)."""
         return values_array(values, self.domain_size)
+
+    def project(self, mean: np.ndarray, projection: str, tol: float) -> np.ndarray:
+        """``mean`` projected as ``projection`` says (:data:`PROJECTIONS`), by
+        :func:`ldpdist.kernels.project_hull` to a duality gap ≤ ``tol``; a projection stopped
+        before that gap is returned with a ``RuntimeWarning`` giving its certified gap."""
+        projection = one_of(projection, PROJECTIONS, "projection")
+        if projection == "none":
+            return mean
+        from ..kernels import project_hull
+
+        result = project_hull(self.matrix, mean, symmetric=projection == "symmetric", tol=tol)
+        if not result.converged:
+            import warnings
+
+            warnings.warn(f"the {projection} projection stopped after {result.iterations} "
+                          f"iterations at duality gap {result.gap:.3g} > tol = {tol:g}; the "
+                          "point returned is within sqrt(gap) of the exact projection",
+                          RuntimeWarning, stacklevel=3)
+        return result.point
 
     def reports(self, reports: Any, name: str = "reports") -> np.ndarray:
         """Reports as a C-contiguous float64 (n × d) array; wrong type, dimension or width is

@@ -59,8 +59,8 @@ class GaussianLinearQueries:
     -----
     J = 1, or all columns equal, gives Δ2 = 0: the report carries no information about the
     user, so σ = 0 is exact and private (δ = 0). Reports are float64 rows (n × d).
-    Projection of the mean onto conv{±a_v} (Algorithm 2, step 6) is not applied here: the
-    server gets the raw mean (unbiased).
+    :meth:`estimate` returns the raw (unbiased) mean by default, or its projection onto
+    conv{±a_v} (Algorithm 2, step 6) or conv{a_v} with ``projection=``.
     """
 
     def __init__(self, queries: Any, epsilon: float, delta: float, *,
@@ -163,19 +163,29 @@ class GaussianLinearQueries:
         return _core.linear_gaussian_privatize(self._queries.columns, values, self._sigma, key)
 
     # -- server -----------------------------------------------------------------------------
-    def estimate(self, reports: Any) -> np.ndarray:
-        """The mean of the reports, ȳ = (1/n) Σ ỹ_i: an unbiased estimate of A·p̂ (p̂ the
-        users' histogram), shape (d,).
+    def estimate(self, reports: Any, *, projection: str = "none",
+                 tol: float = 1e-12) -> np.ndarray:
+        """The mean of the reports, ȳ = (1/n) Σ ỹ_i (an unbiased estimate of A·p̂, p̂ the users'
+        histogram), optionally projected (Algorithm 2, step 6), shape (d,).
 
         Parameters
         ----------
         reports : ndarray, shape (n, d), float64
             Finite reports (n ≥ 1). Summed in fixed blocks in Rust, the same bits on any
             number of threads, at memory bandwidth.
+        projection : {"none", "symmetric", "convex"}, default "none"
+            ``"symmetric"``: the Euclidean projection onto conv{±a_v} = A·B_1^J (the paper's);
+            ``"convex"``: onto conv{a_v}, which holds A·p for every distribution p and is
+            tighter. Projecting onto a convex set holding the target never increases the
+            distance to it (the estimate is then biased, but never worse); the paper applies
+            it only for n below a threshold to save compute. ``"none"``: the raw mean.
+        tol : float, default 1e-12
+            Duality-gap stop of the projection (squared units; see
+            :func:`ldpdist.kernels.project_hull`).
         """
         reports = self._queries.reports(reports)
         mean, _ = _core.linear_mean(reports, False)
-        return mean
+        return self._queries.project(mean, projection, tol)
 
     def bound(self, n: int, *, projected: bool = False) -> float:
         """Theorem 3.2's bound on E‖ŷ − A p̂‖₂ at n users, for the σ actually used.

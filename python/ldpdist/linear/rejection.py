@@ -337,18 +337,40 @@ class RejectionSamplingLinearQueries:
         return ~np.isnan(np.asarray(reports)[:, 0])
 
     # -- server -----------------------------------------------------------------------------
-    def estimate(self, reports: Any) -> np.ndarray:
-        """Mean of the accepted reports, shape (d,) (Algorithm 4, step 5).
+    def estimate(self, reports: Any, *, projection: str = "none",
+                 tol: float = 1e-12) -> np.ndarray:
+        """Mean of the accepted reports, shape (d,) (Algorithm 4, step 5), optionally
+        projected (step 7; ``projection`` and ``tol`` as in
+        :meth:`GaussianLinearQueries.estimate`).
 
         ⊥ rows (all NaN) are left out; a row with some NaN or any infinite entry is refused.
         ``ValueError`` when no report was accepted (n̂ = 0)."""
-        return self.estimate_with_count(reports)[0]
+        return self._queries.project(self.estimate_with_count(reports)[0], projection, tol)
 
     def estimate_with_count(self, reports: Any):
         """``(mean, n̂)``: :meth:`estimate` and the number of accepted reports it averages."""
         reports = self._queries.reports(reports)
         mean, count = _core.linear_mean(reports, True)
         return mean, int(count)
+
+    def bound(self, n: int, *, projected: bool = False) -> float:
+        """Theorem 3.4's bound on E‖ŷ − A p̂‖₂ at n users, for the σ actually used.
+
+        The accepted reports are N(a_v, σ² I) conditioned on the Good set (a tail of
+        :attr:`good_set_tail` ≤ 2/n_users² is cut), and a user is accepted with probability at
+        least ``a = min(acceptance_probabilities)`` (≈ 1/2), so with n̂ ≈ a·n accepted reports
+        the raw bound is ``σ √(d/(a n))`` (the paper's (280 …)^{1/4} / √(10 d ln n …) form
+        assumes its own σ² = 4 r² ln n/ε², which is not private: see the class notes).
+        Projected: the minimum of that and ``2 (σ r √(2 ln(2J)/(a n)))^{1/2}``, as for
+        :meth:`GaussianLinearQueries.bound`.
+        """
+        n = integer(n, "n", minimum=1)
+        effective = n * float(np.min(self.acceptance_probabilities))
+        raw = self._sigma * math.sqrt(self.d / effective)
+        if not projected:
+            return raw
+        spread = self._sigma * self.r * math.sqrt(2 * math.log(2 * self.domain_size) / effective)
+        return min(raw, 2 * math.sqrt(spread))
 
     # -- spec -------------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
