@@ -7,12 +7,13 @@
 //! matrices), [`omp`] (orthogonal matching pursuit), [`privacy`] (the exact verifier of
 //! pairwise privacy budgets), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
-//! long loops).
+//! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries).
 
 pub mod error;
 pub mod finite;
 pub mod hadamard;
 pub mod interrupt;
+pub mod linear;
 pub mod mechanisms;
 pub mod memory;
 pub mod omp;

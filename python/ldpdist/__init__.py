@@ -32,13 +32,16 @@ ldpdist.specs
     Spec fingerprints, the mechanism registry and ``from_dict``.
 ldpdist.privacy
     Context-aware privacy budgets (budget matrices), their exact verifier.
+ldpdist.linear
+    Linear queries under LDP: AdaptiveLinearQueries (adaptive sample splitting, one bit per
+    user, queries chosen from earlier answers).
 ldpdist.memory
     The memory budget every large allocation is checked against.
 ldpdist.errors
     Exception classes.
 """
 
-from . import decoders, errors, kernels, mechanisms, memory, privacy, reports, specs
+from . import decoders, errors, kernels, linear, mechanisms, memory, privacy, reports, specs
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
 from .reports import ReportBatch, read_reports, write_reports
@@ -96,6 +99,7 @@ __all__ = [
     "decoders",
     "from_dict",
     "kernels",
+    "linear",
     "mechanisms",
     "__version__",
 ]
