@@ -20,7 +20,15 @@ from typing import Any, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from .. import _core, memory
-from .._validation import as_array, check_finite, float_vector, integer, real, seed_key, shown
+from .._validation import (
+    as_array,
+    check_finite,
+    float_vector,
+    integer,
+    real,
+    seed_key,
+    shown,
+)
 from ..mechanisms.base import check_epsilon, values_array
 
 __all__ = ["AdaptiveLinearQueries", "Round", "adaptive_error_bound"]
@@ -395,7 +403,7 @@ class AdaptiveLinearQueries:
         if above.any():
             j = int(np.argmax(above))
             raise ValueError(f"query entries must satisfy |q[v]| ≤ r = {self._r!r}: "
-                             f"query[{j}] = {q[j]!r}")
+                             f"query[{j}] = {float(q[j])!r}")
         return q
 
     def _fix_domain(self, q: np.ndarray) -> None:
