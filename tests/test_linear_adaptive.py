@@ -465,3 +465,20 @@ def test_huge_sessions_are_refused_by_the_memory_guard():
             session.round_sizes()
     finally:
         set_memory_limit(previous if previous < 2**63 else None)
+
+
+def test_spec_round_trips_through_json():
+    session = AdaptiveLinearQueries(5000, 7, 0.9, 2.0, seed=2**255 + 3, domain_size=12)
+    spec = json.loads(json.dumps(session.to_dict()))
+    again = AdaptiveLinearQueries.from_dict(spec)
+    assert again.to_dict() == session.to_dict()
+    assert np.array_equal(again.round_sizes(), session.round_sizes())
+    assert again.realized_epsilon == session.realized_epsilon
+    lazy = AdaptiveLinearQueries(10, 2, 1.0, seed=1)
+    assert AdaptiveLinearQueries.from_dict(lazy.to_dict()).domain_size is None
+    with pytest.raises(ValueError, match="exactly the keys"):
+        AdaptiveLinearQueries.from_dict({**spec, "extra": 1})
+    with pytest.raises(ValueError, match="not an AdaptiveLinearQueries spec"):
+        AdaptiveLinearQueries.from_dict({**spec, "protocol": "Gaussian"})
+    with pytest.raises(ValueError, match="epsilon must be > 0"):
+        AdaptiveLinearQueries.from_dict({**spec, "epsilon": -1.0})

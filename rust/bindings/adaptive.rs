@@ -111,9 +111,7 @@ fn adaptive_round_of<'py>(
     let users = slice(&users, "users")?;
     let out = run_long(py, users.len() as u64, || {
         let mut out = crate::memory::zeroed_vec::<u32>(users.len(), "the users' rounds")?;
-        for (round, &user) in out.iter_mut().zip(users) {
-            *round = adaptive::round_of(&key, user, rounds)?;
-        }
+        adaptive::rounds_of(&key, users, rounds, &mut out)?;
         Ok(out)
     })?;
     Ok(out.into_pyarray(py))

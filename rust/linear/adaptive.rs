@@ -119,7 +119,7 @@ impl ReplyChannel {
             half_gap,
         };
         let realized = channel.realized_epsilon();
-        if !(privacy_loss_bound(0.5 - half_gap, 0.5 + half_gap) <= epsilon) {
+        if privacy_loss_bound(0.5 - half_gap, 0.5 + half_gap) > epsilon {
             return Err(Error::Value(format!(
                 "epsilon = {epsilon:?} cannot be realized by the one-bit reply in double \
                  precision (it would realize {realized:?}); use a smaller epsilon"
@@ -171,7 +171,7 @@ impl ReplyChannel {
                 "a query needs at least one entry (one per possible value)".into(),
             ));
         }
-        if let Some(j) = query.iter().position(|q| !(q.abs() <= self.r)) {
+        if let Some(j) = query.iter().position(|q| q.is_nan() || q.abs() > self.r) {
             return Err(Error::Value(format!(
                 "queries must be finite with |q[v]| ≤ r = {:?}: q[{j}] = {:?}",
                 self.r, query[j]
@@ -335,6 +335,27 @@ pub fn round_of(key: &Key, user: u64, rounds: u64) -> Result<u32> {
     Ok(first_draw(rng.next_u32(), rounds).unwrap_or_else(|| fallback_draw(key, user, rounds)))
 }
 
+/// The rounds of the users `users` (each `< 2^64 − 1`), into `out`, in parallel chunks.
+pub fn rounds_of(key: &Key, users: &[u64], rounds: u64, out: &mut [u32]) -> Result<()> {
+    check_rounds(rounds)?;
+    if out.len() != users.len() {
+        return Err(Error::Value(format!(
+            "one round per user: {} users, room for {} rounds",
+            users.len(),
+            out.len()
+        )));
+    }
+    out.par_chunks_mut(SAMPLE_CHUNK)
+        .zip(users.par_chunks(SAMPLE_CHUNK))
+        .try_for_each(|(out, users)| {
+            crate::interrupt::check()?;
+            for (round, &user) in out.iter_mut().zip(users) {
+                *round = round_of(key, user, rounds)?;
+            }
+            Ok(())
+        })
+}
+
 /// The rounds of users `0..out.len()`, in parallel chunks (each reads its words of the
 /// assignment stream sequentially from its first user's position).
 pub fn assign_rounds(key: &Key, rounds: u64, out: &mut [u32]) -> Result<()> {
@@ -380,20 +401,27 @@ pub fn group_users(key: &Key, n_users: u64, rounds: u64) -> Result<(Vec<u64>, Ve
     let mut assignment = allocate_zeroed::<u32>(n, "one round per user")?;
     assign_rounds(key, rounds, &mut assignment)?;
     let mut offsets = allocate_zeroed::<u64>(d + 1, "the round offsets")?;
-    for &t in &assignment {
-        offsets[t as usize + 1] += 1;
+    for chunk in assignment.chunks(SAMPLE_CHUNK) {
+        crate::interrupt::check()?;
+        for &t in chunk {
+            offsets[t as usize + 1] += 1;
+        }
     }
     for t in 0..d {
         offsets[t + 1] += offsets[t];
     }
-    crate::interrupt::check()?;
     let mut order = allocate_zeroed::<u64>(n, "the users in round order")?;
-    let mut next = offsets.clone();
-    for (user, &t) in assignment.iter().enumerate() {
-        let slot = &mut next[t as usize];
-        order[*slot as usize] = user as u64;
-        *slot += 1;
+    // `offsets` becomes each round's next free slot, then is shifted back by one round.
+    for (c, chunk) in assignment.chunks(SAMPLE_CHUNK).enumerate() {
+        crate::interrupt::check()?;
+        for (i, &t) in chunk.iter().enumerate() {
+            let slot = &mut offsets[t as usize];
+            order[*slot as usize] = (c * SAMPLE_CHUNK + i) as u64;
+            *slot += 1;
+        }
     }
+    offsets.copy_within(0..d, 1);
+    offsets[0] = 0;
     Ok((order, offsets))
 }
 
@@ -533,6 +561,10 @@ mod tests {
         for user in [0usize, 1, 15, 16, SAMPLE_CHUNK - 1, SAMPLE_CHUNK, n - 1] {
             assert_eq!(all[user], round_of(&key, user as u64, rounds).unwrap());
         }
+        let users: Vec<u64> = (0..n as u64).rev().collect();
+        let mut reversed = vec![0u32; n];
+        rounds_of(&key, &users, rounds, &mut reversed).unwrap();
+        assert!(reversed.iter().rev().eq(all.iter()));
         let mut counts = [0f64; 7];
         for &t in &all {
             counts[t as usize] += 1.0;

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import secrets
 import warnings
-from typing import Any, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -361,6 +361,31 @@ class AdaptiveLinearQueries:
     def bound_applies(self) -> bool:
         """Whether Theorem 5.2's condition ``n ≥ 8 d ln n`` holds for this session."""
         return theorem_condition_holds(self._n_users, self._rounds)
+
+    # -- spec ------------------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The session's public parameters, JSON-safe: what clients need to recompute their
+        rounds and replies (not the history). ``from_dict(to_dict())`` is an equal, fresh
+        session; ``domain_size`` is None until fixed."""
+        return {"protocol": "AdaptiveLinearQueries", "n_users": self._n_users,
+                "rounds": self._rounds, "epsilon": self._epsilon, "r": self._r,
+                "seed": self._seed, "domain_size": self._domain_size}
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> "AdaptiveLinearQueries":
+        """A fresh session from :meth:`to_dict`'s output (unknown or missing keys refused)."""
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"spec must be a dict, got {shown(spec)}")
+        keys = {"protocol", "n_users", "rounds", "epsilon", "r", "seed", "domain_size"}
+        if set(spec) != keys:
+            raise ValueError(f"spec must have exactly the keys {sorted(keys)}, got "
+                             f"{sorted(map(str, spec))}")
+        if spec["protocol"] != "AdaptiveLinearQueries":
+            raise ValueError(f"spec is not an AdaptiveLinearQueries spec: protocol = "
+                             f"{shown(spec['protocol'])}")
+        return cls(spec["n_users"], spec["rounds"], spec["epsilon"], spec["r"], spec["seed"],
+                   domain_size=spec["domain_size"])
 
     def __repr__(self) -> str:
         return (f"AdaptiveLinearQueries(n_users={self._n_users}, rounds={self._rounds}, "
