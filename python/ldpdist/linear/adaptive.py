@@ -244,7 +244,9 @@ class AdaptiveLinearQueries:
         this order, are what :meth:`answer` takes for round t."""
         t = integer(t, "t", minimum=0, maximum=self._rounds - 1)
         order, offsets = self._groups()
-        return order[offsets[t]:offsets[t + 1]].astype(np.int64)
+        users = order[offsets[t]:offsets[t + 1]]
+        memory.check("round_users", [("the users of the round as int64", 8 * users.size)])
+        return users.astype(np.int64)
 
     # -- the interactive protocol ----------------------------------------------------
 
@@ -412,7 +414,8 @@ class AdaptiveLinearQueries:
         if bad.any():
             i = int(np.argmax(bad))
             raise ValueError(f"users must lie in [0, {self._n_users}): users[{i}] = {array[i]}")
-        memory.check("round_of", [("the users as uint64", 8 * array.size)])
+        memory.check("round_of", [("the users as uint64", 8 * array.size),
+                                  ("their rounds as uint32 and int64", 12 * array.size)])
         return np.ascontiguousarray(array, dtype=np.uint64)
 
     def _query(self, query: Any) -> np.ndarray:
