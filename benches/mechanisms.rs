@@ -7,6 +7,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 
+use ldpdist::linear::adaptive::{self as adaptive_queries, ReplyChannel};
 use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
@@ -462,10 +463,36 @@ fn bench_linear(c: &mut Criterion) {
     group.finish();
 }
 
+/// Adaptive sample splitting (linear::adaptive): one exact Bernoulli reply per user for a
+/// J = 1000 query, stored (respond) or only counted (a simulated round); the public round
+/// assignment of 10^6 users to 100 rounds.
+fn bench_adaptive_linear_queries(c: &mut Criterion) {
+    let n = 1_000_000;
+    let channel = ReplyChannel::new(1.0, 1.0).unwrap();
+    let query: Vec<f64> = (0..1000).map(|j| (j as f64 * 0.37).sin()).collect();
+    let xs: Vec<u32> = values(n).into_iter().map(|v| v % 1000).collect();
+    let key = key_from_u64(3);
+    let mut group = c.benchmark_group("adaptive");
+    group.throughput(Throughput::Elements(n as u64));
+    let mut out = vec![0i8; n];
+    group.bench_function("respond/J1000_eps1", |b| {
+        b.iter(|| adaptive_queries::respond(&channel, &key, &query, black_box(&xs), &mut out))
+    });
+    group.bench_function("simulate_plus_count/J1000_eps1", |b| {
+        b.iter(|| adaptive_queries::simulate_plus_count(&channel, &key, &query, black_box(&xs)))
+    });
+    let mut rounds = vec![0u32; n];
+    group.bench_function("assign_rounds/d100", |b| {
+        b.iter(|| adaptive_queries::assign_rounds(&key, 100, black_box(&mut rounds)))
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
-        bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard, bench_linear
+        bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard, bench_linear,
+        bench_adaptive_linear_queries
 }
 criterion_main!(benches);

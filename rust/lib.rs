@@ -9,7 +9,7 @@
 //! privacy budgets), [`linear`] (linear queries: the exact L2 sensitivity, the Gaussian and
 //! rejection-sampling protocols), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
-//! long loops).
+//! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries).
 
 pub mod error;
 pub mod finite;

@@ -34,7 +34,8 @@ ldpdist.privacy
     Context-aware privacy budgets (budget matrices), their exact verifier.
 ldpdist.linear
     Linear queries A·p under LDP: GaussianLinearQueries ((ε, δ), calibrated to the exact
-    sensitivity) and RejectionSamplingLinearQueries (pure ε).
+    sensitivity), RejectionSamplingLinearQueries (pure ε) and AdaptiveLinearQueries
+    (adaptive sample splitting, one bit per user, queries chosen from earlier answers).
 ldpdist.memory
     The memory budget every large allocation is checked against.
 ldpdist.errors

@@ -6,6 +6,7 @@
 //! Argument validation with user-facing messages lives in the Python layer; the checks here
 //! are the last line of defence and raise the same exception classes.
 
+mod adaptive;
 mod kernels;
 mod linear;
 mod mechanisms;
@@ -230,5 +231,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     mechanisms::register(m)?;
     privacy::register(m)?;
     linear::register(m)?;
+    adaptive::register(m)?;
     Ok(())
 }

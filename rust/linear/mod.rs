@@ -1,4 +1,4 @@
-//! Linear queries under local differential privacy (papers/linear-queries-ldp.txt, Section 3;
+//! Linear queries under local differential privacy (papers/linear-queries-ldp.txt, Sections 3 and 5;
 //! notes/linear-queries.md for the errata this module corrects).
 //!
 //! Setting: a domain [J], a query matrix A ∈ R^{d×J} whose column `a_v` is the answer vector
@@ -11,10 +11,13 @@
 //! * [`gaussian`]: Algorithm 1 (a_v + N(0, σ² I_d)) and the server's mean (Algorithm 2, step 4).
 //! * [`rejection`]: Algorithm 3 with the clipped acceptance probability that makes it pure
 //!   ε-LDP, and Algorithm 4's mean of the accepted reports.
+//! * [`adaptive`]: adaptive sample splitting (Algorithm 6, Theorem 5.2), pure ε-LDP with one
+//!   bit per user, for queries chosen one at a time from the answers so far.
 //!
 //! σ and every other calibration are computed by the Python layer (`ldpdist.linear`); the
 //! kernels here take them as given and only re-check that they are finite and ≥ 0.
 
+pub mod adaptive;
 pub mod gaussian;
 pub mod rejection;
 pub mod sensitivity;

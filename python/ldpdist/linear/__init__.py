@@ -14,23 +14,36 @@ RejectionSamplingLinearQueries(queries, epsilon, n_users)
     Pure ε-LDP, Algorithms 3/4 with a clipped acceptance probability (as printed, the
     algorithm leaks through its output and is biased).
 
-Both keep the paper's formulas only behind ``paper_faithful=True``, which warns and is NOT
+Adaptive protocol (each query chosen from the answers so far):
+
+AdaptiveLinearQueries(n_users, rounds, epsilon, r, seed)
+    Pure ε-LDP, Algorithm 6 (adaptive sample splitting): one bit per user; an interactive
+    session (pose / respond / submit, or answer); :func:`adaptive_error_bound` is Theorem 5.2.
+
+Server-side projection: ``estimate(..., projection="symmetric" | "convex")`` projects the
+offline protocols' mean onto conv{±a_v} or conv{a_v} (:func:`ldpdist.kernels.project_hull`).
+
+The offline protocols keep the paper's formulas only behind ``paper_faithful=True``, which warns and is NOT
 private. Helpers: :func:`l2_sensitivity`; :mod:`ldpdist.linear.calibration` (Gaussian
 calibrations and the exact privacy profile); the rejection protocol's closed forms
 (:func:`good_set_tail`, :func:`rejection_sigma`, :func:`acceptance_probability`,
 :func:`accepted_mean_factor`).
 
-Rust core: rust/linear/ (sensitivity.rs, gaussian.rs, rejection.rs); sampling is chunked
+Rust core: rust/linear/ (sensitivity.rs, gaussian.rs, rejection.rs, adaptive.rs); sampling is chunked
 per-stream ChaCha12, so seeded reports are the same on any number of threads.
 """
 
 from . import calibration
+from .adaptive import AdaptiveLinearQueries, Round, adaptive_error_bound
 from ._queries import QueryMatrix, l2_sensitivity
 from .gaussian import GaussianLinearQueries
 from .rejection import (MAX_EPSILON, RejectionSamplingLinearQueries, accepted_mean_factor,
                         acceptance_probability, good_set_tail, rejection_sigma)
 
 __all__ = [
+    "AdaptiveLinearQueries",
+    "Round",
+    "adaptive_error_bound",
     "GaussianLinearQueries",
     "RejectionSamplingLinearQueries",
     "QueryMatrix",
