@@ -43,6 +43,10 @@ Reproducibility: point i of a grid draws its counts and mechanism seeds from
 results do not depend on ``--jobs`` (nor on the thread count: seeded sampling is
 bit-identical whatever the number of threads).
 
+``ldpdist reproduce linear-queries`` is not such a grid (its panels are query answers, not
+distributions): :mod:`ldpdist.experiments.linear_queries` runs it and writes its own CSV
+columns.
+
 Python API: :data:`PRESETS`, :func:`preset_points`, :func:`make_points`, :func:`run_grid`,
 :func:`write_csv`, :func:`read_csv`, :func:`plot` (:func:`figure` returns its Figure).
 """

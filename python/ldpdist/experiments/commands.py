@@ -12,7 +12,7 @@ from typing import Any, List
 from ..decoders import ALL_DECODERS, SPARSE_DECODERS
 from ..mechanisms import SHORT_NAMES
 from ..errors import CliError
-from . import context_aware
+from . import context_aware, linear_queries
 from .distributions import parse_distribution
 from .grid import Interrupted, Point, make_points, mechanism_key, run_grid, split_decoder
 from .plotting import _METRIC_LABEL, plot
@@ -103,12 +103,36 @@ def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, met
     return 0
 
 
+# Presets that are not a grid of distribution-estimation points: name -> (description, runner)
+STUDIES = {"linear-queries": (linear_queries.DESCRIPTION, linear_queries.run)}
+
+
+def _run_study(name: str, args: argparse.Namespace, runs: Any, seed: int) -> int:
+    _, runner = STUDIES[name]
+    out = _prepare_out(args.out)
+    start = time.perf_counter()
+    try:
+        csv_path, png_path, rows, summary = runner(out, quick=args.quick, tiny=args.tiny,
+                                                   runs=runs, seed=seed)
+    except KeyboardInterrupt:
+        print(f"ldpdist {name}: interrupted; nothing written", file=sys.stderr)
+        return 130
+    print(f"wrote {csv_path} ({len(rows)} rows) and {png_path} in "
+          f"{time.perf_counter() - start:.1f} s")
+    if summary:
+        print(summary)
+    return 0
+
+
 def _reproduce(args: argparse.Namespace) -> int:
-    if args.preset not in PRESETS:
-        raise CliError(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
+    if args.preset not in PRESETS and args.preset not in STUDIES:
+        raise CliError(f"unknown preset {args.preset!r} (known: "
+                       f"{', '.join([*PRESETS, *STUDIES])})")
     runs = _int(args.runs, "--runs") if args.runs is not None else None
     jobs = _int(args.jobs, "--jobs")
     seed = _int(args.seed, "--seed", minimum=0)
+    if args.preset in STUDIES:
+        return _run_study(args.preset, args, runs, seed)
     preset = PRESETS[args.preset].grid(quick=args.quick, tiny=args.tiny, runs=runs)
     eps = ", ".join(f"{e:g}" for e in preset.epsilons if e is not None)
     ks = ", ".join(str(k) for k in preset.ks)
@@ -208,11 +232,13 @@ def _simulate(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``reproduce`` and ``simulate`` to the ``ldpdist`` command."""
-    listing = "; ".join(f"{name}: {preset.description}" for name, preset in PRESETS.items())
+    listing = "; ".join([*(f"{name}: {preset.description}" for name, preset in PRESETS.items()),
+                         *(f"{name}: {description}"
+                           for name, (description, _) in STUDIES.items())])
     rep = subparsers.add_parser(
         "reproduce", help="rerun a paper's experiment (CSV + PNG)",
         description=f"Rerun a preset experiment. Presets — {listing}.")
-    rep.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
+    rep.add_argument("preset", help=f"one of: {', '.join([*PRESETS, *STUDIES])}")
     rep.add_argument("--runs", help="runs per point (default: the preset's)")
     rep.add_argument("--seed", default="0", help="master seed (default 0)")
     rep.add_argument("--out", default="ldpdist-results",

@@ -20,6 +20,10 @@ AdaptiveLinearQueries(n_users, rounds, epsilon, r, seed)
     Pure ε-LDP, Algorithm 6 (adaptive sample splitting): one bit per user; an interactive
     session (pose / respond / submit, or answer); :func:`adaptive_error_bound` is Theorem 5.2.
 
+Distribution estimation (A = I_J): :func:`compare_distribution_estimation` measures the
+Gaussian protocol + simplex projection against projected Hadamard Response on the same users,
+for a given p, n, ε (:mod:`ldpdist.linear.distribution`).
+
 Server-side projection: ``estimate(..., projection="symmetric" | "convex")`` projects the
 offline protocols' mean onto conv{±a_v} or conv{a_v} (:func:`ldpdist.kernels.project_hull`).
 
@@ -35,6 +39,8 @@ per-stream ChaCha12, so seeded reports are the same on any number of threads.
 
 from . import calibration
 from .adaptive import AdaptiveLinearQueries, Round, adaptive_error_bound
+from .distribution import (DistributionComparison, compare_distribution_estimation,
+                           distribution_estimates, distribution_sigma)
 from ._queries import QueryMatrix, l2_sensitivity
 from .gaussian import GaussianLinearQueries
 from .rejection import (MAX_EPSILON, RejectionSamplingLinearQueries, accepted_mean_factor,
@@ -44,6 +50,10 @@ __all__ = [
     "AdaptiveLinearQueries",
     "Round",
     "adaptive_error_bound",
+    "compare_distribution_estimation",
+    "distribution_estimates",
+    "distribution_sigma",
+    "DistributionComparison",
     "GaussianLinearQueries",
     "RejectionSamplingLinearQueries",
     "QueryMatrix",
