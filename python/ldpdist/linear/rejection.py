@@ -61,7 +61,7 @@ def good_set_tail(u: float, epsilon: float) -> float:
 
 def max_rejection_epsilon() -> float:
     """The largest ε for which the clipped protocol's ⊥ ratio bound
-    ``(1 − e^{−ε/4}/2)/(1 − e^{ε/4}/2) ≤ e^ε`` holds (≈ 2.55; the paper assumes ε ≤ 1)."""
+    ``(1 − e^{−ε/4}/2)/(1 − e^{ε/4}/2) ≤ e^ε`` holds (≈ 2.5319; the paper assumes ε ≤ 1)."""
     def excess(e: float) -> float:
         return (math.log(2 - math.exp(-e / 4)) - math.log(2 - math.exp(e / 4))) - e
 
@@ -161,7 +161,7 @@ class RejectionSamplingLinearQueries:
       1. the released y has density ``f_0(y) α_v(y)`` with ``α_v(y) ∈ [e^{−ε/4}/2, e^{ε/4}/2]``,
          so for any v, v', y the densities differ by a factor ≤ e^{ε/2};
       2. ``P(⊥|v) = 1 − E_{f_0}[α_v] ∈ [1 − e^{ε/4}/2, 1 − e^{−ε/4}/2]``, so the ⊥ ratio is
-         ≤ (2 − e^{−ε/4})/(2 − e^{ε/4}), which is ≤ e^ε for ε ≤ ε_max ≈ 2.55;
+         ≤ (2 − e^{−ε/4})/(2 − e^{ε/4}), which is ≤ e^ε for ε ≤ ε_max ≈ 2.53;
       3. hence every event's probability changes by ≤ e^ε between any two inputs.
     :attr:`realized_epsilon` is the exact max log-ratio: ε/2 from the outputs as soon as two
     columns are linearly independent (less when all columns are parallel), or the exact ⊥
@@ -178,7 +178,7 @@ class RejectionSamplingLinearQueries:
     queries : array_like, shape (d, J)
         The query matrix A (finite; d ≥ 1, J ≥ 1; not all zero).
     epsilon : float
-        0 < ε ≤ ε_max ≈ 2.55 (:data:`MAX_EPSILON`).
+        0 < ε ≤ ε_max ≈ 2.53 (:data:`MAX_EPSILON`).
     n_users : int
         The number of users n the protocol is calibrated for (≥ 2): σ depends on it.
     r : float, optional
