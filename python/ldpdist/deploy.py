@@ -50,7 +50,7 @@ from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization
 from .mechanisms.aggregator import _MAGIC as STATE_MAGIC, _OLD_MAGICS as OLD_STATE_MAGICS
 from .mechanisms.base import Mechanism
 from .mechanisms.compressive import MATRIX_KINDS, MODELS, REGIMES
-from .reports import REPORTS_MAGIC, raw_file_batch_id, read_reports, write_reports
+from .reports import REPORTS_MAGIC, write_reports
 from .specs import from_dict, parse_json, registered
 
 NPY_MAGIC = b"\x93NUMPY"
@@ -350,12 +350,20 @@ def _cli_message(exc: Exception) -> str:
     return _one_line(exc).replace("pass on_invalid='drop'", "pass --on-invalid drop")
 
 
-def _add(aggregator: Aggregator, reports: Any, path: str, mech: Mechanism, on_invalid: str,
-         **batch: Any) -> None:
+def _add_file(aggregator: Aggregator, path: str, mech: Mechanism, on_invalid: str,
+              raw: bool = False) -> None:
+    """Stream a reports file into ``aggregator`` (bounded memory whatever its size; a
+    progress bar when stderr is a terminal)."""
     try:
-        aggregator.add(reports, on_invalid=on_invalid, label=os.path.basename(path), **batch)
+        aggregator.add_file(path, on_invalid=on_invalid, raw=raw)
+    except SpecMismatchError as exc:
+        raise CliError(_one_line(exc)) from None
+    except IntegrityError as exc:
+        raise CliError(f"reports file {path!r} is corrupt: {_one_line(exc)}") from None
     except (ValueError, TypeError) as exc:
         raise CliError(f"reports in {path!r} do not fit {mech!r}: {_cli_message(exc)}") from None
+    except OSError as exc:
+        raise CliError(f"cannot read reports file {path!r}: {exc.strerror or exc}") from None
 
 
 def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
@@ -376,13 +384,7 @@ def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
         return state, "state"
     aggregator = mech.aggregator()
     if head.startswith(REPORTS_MAGIC):
-        try:
-            batch = read_reports(path, expect=mech)
-        except SpecMismatchError as exc:
-            raise CliError(_one_line(exc)) from None
-        except IntegrityError as exc:
-            raise CliError(f"reports file {path!r} is corrupt: {_one_line(exc)}") from None
-        _add(aggregator, batch, path, mech, on_invalid)
+        _add_file(aggregator, path, mech, on_invalid)
         return aggregator, "reports"
     if head.startswith(NPY_MAGIC):
         if not raw_reports:
@@ -390,9 +392,10 @@ def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
                 f"{path!r} is a plain .npy array: nothing in it says which spec made it. "
                 "Reports written by 'ldpdist privatize' carry their spec; for reports of this "
                 "spec from another system (e.g. the HR reference code) pass --raw-reports")
-        reports = _map_npy(path)
+        reports = _map_npy(path)  # the header only: checks and messages of np.load
         check_raw_reports(reports, mech, path)
-        _add(aggregator, reports, path, mech, on_invalid, batch_id=raw_file_batch_id(path))
+        del reports
+        _add_file(aggregator, path, mech, on_invalid, raw=True)
         return aggregator, "reports"
     raise CliError(f"{path!r} is neither an ldpdist reports file nor a state file "
                    f"{'nor a .npy array ' if raw_reports else ''}(bad magic bytes)")

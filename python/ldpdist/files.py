@@ -10,13 +10,21 @@ hold only privatized data) — not the 0600 of ``tempfile.mkstemp``.
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import IO, Any, Callable, Union
 
-__all__ = ["write_atomic"]
+__all__ = ["write_atomic", "write_atomic_with"]
 
 
 def write_atomic(path: Union[str, "os.PathLike[str]"], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; ``OSError`` with a message naming the path."""
+    write_atomic_with(path, lambda handle: handle.write(data))
+
+
+def write_atomic_with(path: Union[str, "os.PathLike[str]"],
+                      fill: Callable[[IO[bytes]], Any]) -> None:
+    """Like :func:`write_atomic`, with ``fill(handle)`` writing the contents (in pieces, for
+    files larger than memory; it may seek). Any exception of ``fill`` removes the temporary
+    file and propagates (``OSError`` is reworded to name the path)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -34,11 +42,13 @@ def write_atomic(path: Union[str, "os.PathLike[str]"], data: bytes) -> None:
         raise OSError(f"cannot write {path!r}: no free temporary name in {folder!r}")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            fill(handle)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if not isinstance(exc, OSError):
+            raise
         raise OSError(exc.errno, f"cannot write {path!r}: {exc.strerror or exc}") from None

@@ -37,7 +37,7 @@ import hashlib
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple, Union
 
 import numpy as np
 
@@ -45,7 +45,8 @@ from .errors import IntegrityError, SpecMismatchError
 from .specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
                     spec_summary)
 
-__all__ = ["ReportBatch", "encode_reports", "decode_reports", "read_reports", "write_reports",
+__all__ = ["ReportBatch", "ReportsFileLayout", "encode_reports", "decode_reports",
+           "read_reports", "read_reports_layout", "write_reports", "write_reports_chunks",
            "raw_batch_id", "raw_file_batch_id", "REPORTS_MAGIC"]
 
 REPORTS_MAGIC = b"LDPDREP1"
@@ -228,9 +229,50 @@ def decode_reports(data: Union[bytes, bytearray, memoryview], expect: Any = None
                        hashlib.sha256(header_bytes).hexdigest())
 
 
-def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> ReportBatch:
-    """Read a reports file (memory-mapped: nothing is copied), checking everything the
-    module documentation lists; with ``expect`` (a mechanism), refuse other specs."""
+@dataclass(frozen=True)
+class ReportsFileLayout:
+    """What a reports file's header says, checked (:func:`read_reports_layout`); the payload
+    is not read.
+
+    Attributes
+    ----------
+    spec, fingerprint, batch_id, label
+        As in :class:`ReportBatch`.
+    dtype : numpy.dtype
+        Report dtype as stored (little-endian).
+    shape : tuple of int
+        ``(n,)`` or ``(n, width)``.
+    offset : int
+        Byte offset of the payload in the file.
+    payload_sha256 : str
+        Hex SHA-256 the payload must have.
+    """
+
+    spec: Dict[str, Any]
+    fingerprint: str
+    batch_id: str
+    label: str
+    dtype: np.dtype
+    shape: Tuple[int, ...]
+    offset: int
+    payload_sha256: str
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one report."""
+        return int(np.prod(self.shape[1:], dtype=object)) * self.dtype.itemsize
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.shape[0]) * self.row_bytes
+
+
+def read_reports_layout(path: Union[str, "os.PathLike[str]"],
+                        expect: Any = None) -> ReportsFileLayout:
+    """The checked header of a reports file (magic, header, spec fingerprint, payload
+    length); with ``expect`` (a mechanism), refuse other specs (:class:`SpecMismatchError`).
+    Reads only the header: the payload's checksum is for the reader of the payload to check
+    (:func:`read_reports`, :meth:`Aggregator.add_file`)."""
     where = f"reports file {os.fspath(path)!r}"
     size = os.path.getsize(path)
     with open(path, "rb") as handle:
@@ -238,14 +280,57 @@ def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> Re
     header, header_bytes, offset = _parse_header(head, size, where)
     spec, dtype, shape = _checked_batch(header, header_bytes, max(size - offset, 0), where,
                                         expect)
+    return ReportsFileLayout(spec, header["fingerprint"],
+                             hashlib.sha256(header_bytes).hexdigest(), os.path.basename(path),
+                             dtype, shape, offset, header["payload_sha256"])
+
+
+def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> ReportBatch:
+    """Read a reports file (memory-mapped: nothing is copied), checking everything the
+    module documentation lists; with ``expect`` (a mechanism), refuse other specs.
+    For files larger than memory see :meth:`Aggregator.add_file`, which streams them."""
+    where = f"reports file {os.fspath(path)!r}"
+    layout = read_reports_layout(path, expect)
+    dtype, shape = layout.dtype, layout.shape
     if int(np.prod(shape, dtype=object)) == 0:
         array = np.zeros(shape, dtype=dtype)
     else:
-        array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
-    if _hash_array(array) != header["payload_sha256"]:
+        array = np.memmap(path, dtype=dtype, mode="r", offset=layout.offset, shape=shape)
+    if _hash_array(array) != layout.payload_sha256:
         raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
-    return ReportBatch(array, spec, header["fingerprint"],
-                       hashlib.sha256(header_bytes).hexdigest(), os.path.basename(path))
+    return ReportBatch(array, layout.spec, layout.fingerprint, layout.batch_id, layout.label)
+
+
+def read_chunks(handle: Any, nbytes: int, buffer: bytearray, where: str,
+                digest: Any = None) -> Iterator[memoryview]:
+    """The next ``nbytes`` of an open binary file, in pieces of at most ``len(buffer)``
+    bytes read into ``buffer`` (reused: each piece is valid until the next is requested).
+    With ``digest`` (a hashlib object) every piece is also hashed, in a second thread while
+    the caller works on it (hashlib releases the GIL), and the hash is complete when the
+    caller asks for the next piece. A file shorter than announced raises
+    :class:`IntegrityError`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    view = memoryview(buffer)
+    remaining = nbytes
+    with ThreadPoolExecutor(1, thread_name_prefix="ldpdist-hash") as hasher:
+        while remaining > 0:
+            want = min(len(buffer), remaining)
+            got = 0
+            while got < want:
+                read = handle.readinto(view[got:want])
+                if not read:
+                    raise IntegrityError(f"{where}: the file ends {remaining - got} bytes "
+                                         "early (truncated while being read?)")
+                got += read
+            piece = view[:want]
+            pending = hasher.submit(digest.update, piece) if digest is not None else None
+            try:
+                yield piece
+            finally:
+                if pending is not None:
+                    pending.result()
+            remaining -= want
 
 
 def write_reports(path: Union[str, "os.PathLike[str]"], mechanism: Any,
@@ -258,6 +343,83 @@ def write_reports(path: Union[str, "os.PathLike[str]"], mechanism: Any,
     write_atomic(path, data)
     return ReportBatch(batch.reports, batch.spec, batch.fingerprint, batch.batch_id,
                        os.path.basename(path))
+
+
+def write_reports_chunks(path: Union[str, "os.PathLike[str]"], mechanism: Any,
+                         chunks: Iterable[np.ndarray], *, n: int,
+                         dtype: Any = None) -> ReportsFileLayout:
+    """Write a reports file of ``n`` reports given in pieces (arrays of ``mechanism``'s
+    reports, e.g. ``privatize`` of successive slices of users), so that a file larger than
+    memory can be made: memory is that of one piece. ``dtype`` is the index reports' dtype
+    (every piece is converted to it; by default the first piece's); bit-vector rows are
+    uint8. The header is written with ``n`` and rewritten with the payload's hash at the
+    end, in a temporary file renamed into place (atomic). Returns the file's layout.
+    ``ValueError`` when the pieces do not hold exactly ``n`` reports or do not fit."""
+    from .files import write_atomic_with
+
+    if type(n) is not int and not isinstance(n, np.integer) or int(n) < 0:
+        raise ValueError(f"n must be a non-negative integer, got {n!r}")
+    n = int(n)
+    bits = mechanism.report_kind == "bits"
+    width = -(-mechanism.output_size // 8) if bits else 0
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if bits:
+        stored = np.dtype(np.uint8)
+    else:
+        stored = np.dtype(dtype if dtype is not None else
+                          (first.dtype if first is not None else np.uint64))
+        if stored.kind != "u":
+            raise ValueError(f"index reports are stored as unsigned integers, not {stored}")
+        stored = stored.newbyteorder("<")
+    spec = mechanism.to_dict()
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "mechanism": spec["mechanism"],
+              "spec": spec, "fingerprint": fingerprint(spec), "dtype": stored.str,
+              "shape": [n, width] if bits else [n], "nonce": os.urandom(16).hex(),
+              "payload_sha256": "0" * 64}
+
+    def prefix() -> bytes:
+        header_bytes = canonical_json(header).encode("ascii")
+        data = REPORTS_MAGIC + struct.pack("<I", len(header_bytes)) + header_bytes
+        return data + b"\0" * (-len(data) % _ALIGN)
+
+    digest = hashlib.sha256()
+
+    def fill(handle: Any) -> None:
+        placeholder = prefix()
+        handle.write(placeholder)
+        written = 0
+        piece = first
+        while piece is not None:
+            array = np.asarray(piece)
+            if bits:
+                if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != width:
+                    raise ValueError(f"bit-vector reports of {mechanism!r} are uint8 arrays "
+                                     f"of shape (rows, {width}), got {array.dtype} "
+                                     f"{array.shape}")
+            elif array.ndim != 1 or array.dtype.kind not in "iu":
+                raise ValueError(f"reports of {mechanism!r} are 1-D integer arrays, got "
+                                 f"{array.dtype} {array.shape}")
+            elif array.size and (int(array.min()) < 0 or
+                                 int(array.max()) > np.iinfo(stored).max):
+                raise ValueError(f"reports do not fit the file's dtype {stored}")
+            if written + array.shape[0] > n:
+                raise ValueError(f"the pieces hold more than n = {n} reports")
+            data = np.ascontiguousarray(array, dtype=stored)
+            digest.update(memoryview(data).cast("B"))
+            handle.write(memoryview(data).cast("B"))
+            written += int(array.shape[0])
+            piece = next(chunks, None)
+        if written != n:
+            raise ValueError(f"the pieces hold {written} reports, not n = {n}")
+        header["payload_sha256"] = digest.hexdigest()
+        final = prefix()
+        assert len(final) == len(placeholder)  # the hash has a fixed length
+        handle.seek(0)
+        handle.write(final)
+
+    write_atomic_with(path, fill)
+    return read_reports_layout(path, mechanism)
 
 
 def raw_batch_id(data: Union[bytes, bytearray, memoryview]) -> str:

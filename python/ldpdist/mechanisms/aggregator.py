@@ -33,14 +33,14 @@ import hashlib
 import os
 import struct
 import threading
-from typing import Any, Dict, FrozenSet, Optional, Tuple
+from typing import Any, Dict, FrozenSet, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import memory
 from .._validation import U64_MAX, one_of
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
-from ..reports import ReportBatch
+from ..reports import ReportBatch, read_chunks, read_reports_layout
 from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
                      spec_summary)
 
@@ -54,6 +54,9 @@ _MAX_HEADER = 1 << 30
 _MAX_LABEL = 200
 _MAX_BATCH_ID = 128
 _ON_INVALID = ("raise", "drop")
+# Default piece of a streamed file: large enough that the per-piece costs (a Rust call, a
+# thread hand-off for the hash) vanish, small enough to stay far below any memory budget.
+STREAM_CHUNK_BYTES = 64 << 20
 
 
 def check_same_spec(mechanism: Any, other_fingerprint: str, other_spec: Dict[str, Any],
@@ -215,6 +218,132 @@ class Aggregator:
             self._record_batch(batch_id, label)
         return self
 
+    def add_file(self, path: Union[str, "os.PathLike[str]"], *, on_invalid: str = "raise",
+                 chunk_reports: Optional[int] = None, progress: Optional[bool] = None,
+                 raw: bool = False) -> "Aggregator":
+        """Count the reports of a file too large for memory, streaming it; returns ``self``.
+
+        The result (counts, n, :attr:`dropped`, the batch id and label) is exactly that of
+        ``add(read_reports(path))``, and the same errors are raised, but memory is one
+        piece of ``chunk_reports`` reports plus one scratch count vector, whatever the file
+        size (both declared to the memory guard, :mod:`ldpdist.memory`): the file is read
+        with ``readinto`` into one reusable buffer, never memory-mapped.
+
+        The spec fingerprint (:class:`SpecMismatchError`), the header and the payload length
+        (:class:`IntegrityError`) and the batch id (:class:`DuplicateBatchError`) are checked
+        before the payload is read. The payload's SHA-256 is checked in the same pass as the
+        counting; the pieces are counted into a scratch count vector, merged into this
+        aggregator only after the checksum matched, so a corrupt file (or malformed
+        reports with ``on_invalid="raise"``) leaves it unchanged.
+
+        Parameters
+        ----------
+        path : str or path-like
+            A reports file (:mod:`ldpdist.reports`), or with ``raw=True`` a plain ``.npy``
+            report array (batch id :func:`ldpdist.reports.raw_file_batch_id`; the checksum
+            check does not apply, the whole file is hashed for the id in the same pass).
+        on_invalid : {"raise", "drop"}
+            As in :meth:`add`. With ``"raise"`` the message locates the first malformed
+            report within its piece and says which reports the piece holds.
+        chunk_reports : int, optional
+            Reports per piece; by default as many as fit in 64 MiB (throughput is flat
+            above a few MiB). Small values are for tests.
+        progress : bool, optional
+            A tqdm progress bar on stderr (bytes read): ``True`` always, ``False`` never,
+            ``None`` (default) when stderr is a terminal.
+        raw : bool
+            Read a plain ``.npy`` array of reports (from another system) instead.
+        """
+        one_of(on_invalid, _ON_INVALID, "on_invalid")
+        if chunk_reports is not None and (isinstance(chunk_reports, bool) or
+                                          not isinstance(chunk_reports, (int, np.integer))
+                                          or chunk_reports < 1):
+            raise ValueError(f"chunk_reports must be a positive integer, got {chunk_reports!r}")
+        path = os.fspath(path)
+        if raw:
+            opened = _open_raw(path, self.mechanism)
+            if opened is None:  # Fortran-ordered rows: only the in-memory path reads them
+                from ..reports import raw_file_batch_id
+
+                return self.add(np.load(path, mmap_mode="r", allow_pickle=False),
+                                on_invalid, batch_id=raw_file_batch_id(path),
+                                label=os.path.basename(path))
+            dtype, shape, offset = opened
+            expected_hash, batch_id, digest = None, None, hashlib.sha256()
+        else:
+            layout = read_reports_layout(path, expect=self.mechanism)
+            dtype, shape, offset = layout.dtype, layout.shape, layout.offset
+            expected_hash, batch_id, digest = layout.payload_sha256, layout.batch_id, \
+                hashlib.sha256()
+            with self._lock:
+                self._refuse_duplicate(batch_id, layout.label)
+        label = os.path.basename(path)[:_MAX_LABEL]
+        where = f"reports file {path!r}"
+        row_bytes = int(np.prod(shape[1:], dtype=object)) * dtype.itemsize
+        rows_total = int(shape[0])
+        rows = int(chunk_reports) if chunk_reports is not None else \
+            max(1, STREAM_CHUNK_BYTES // max(row_bytes, 1))
+        rows = max(1, min(rows, rows_total))
+        size = int(self._counts.size)
+        memory.check(f"streaming {where}", [("a read buffer", rows * row_bytes),
+                                            ("scratch counts", 8 * size)],
+                     hint="a smaller chunk_reports uses less")
+        buffer = bytearray(rows * row_bytes)
+        scratch = np.zeros(size, dtype=np.uint64)
+        drop = on_invalid == "drop"
+        valid_total = dropped = 0
+        failure: Optional[Exception] = None
+        bar = _progress_bar(progress, rows_total * row_bytes, label)
+        try:
+            with open(path, "rb") as handle:
+                if raw:
+                    digest.update(handle.read(offset))  # the raw id hashes the whole file
+                else:
+                    handle.seek(offset)
+                start = 0
+                for piece in read_chunks(handle, rows_total * row_bytes, buffer, where, digest):
+                    count = len(piece) // row_bytes
+                    if failure is None:
+                        chunk = np.frombuffer(piece, dtype=dtype).reshape((count,) + shape[1:])
+                        try:
+                            prepared, negative = self.mechanism._prepare_reports(chunk, drop)
+                            valid, invalid, _first = self.mechanism._core.aggregate(
+                                prepared, scratch, drop)
+                        except ValueError as exc:
+                            # Keep reading: a corrupt file must say so rather than blame
+                            # the reports that corruption made.
+                            failure = type(exc)(f"{exc} [in reports {start} to "
+                                                f"{start + count - 1} of {where}]")
+                        else:
+                            valid_total += int(valid)
+                            dropped += int(invalid) + negative
+                    start += count
+                    bar.update(len(piece))
+                if raw:
+                    # trailing bytes after the announced array are part of the file's id
+                    for block in iter(lambda: handle.read(1 << 24), b""):
+                        digest.update(block)
+        finally:
+            bar.close()
+        if expected_hash is not None and digest.hexdigest() != expected_hash:
+            raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
+        if failure is not None:
+            raise failure
+        if raw:
+            batch_id = "raw-" + digest.hexdigest()
+        with self._lock:
+            self._refuse_duplicate(batch_id, label)
+            if self._n + valid_total > U64_MAX:
+                raise ValueError(f"counting {valid_total} more reports would take n past "
+                                 f"2^64 − 1 (n = {self._n}); split the aggregation")
+            if np.any(scratch > np.uint64(U64_MAX) - self._counts):
+                raise ValueError("counting these reports would overflow a 64-bit count")
+            self._counts += scratch
+            self._n += valid_total
+            self._dropped = min(self._dropped + dropped, U64_MAX)
+            self._record_batch(batch_id, label)
+        return self
+
     def merge(self, other: "Aggregator") -> "Aggregator":
         """Add another aggregator's counts; returns ``self``.
 
@@ -345,6 +474,59 @@ class Aggregator:
                                  f"({mechanism._statistic_size} counts)")
         batches = _checked_batches(header["batches"])
         return mechanism, n, dropped, batches
+
+
+def _open_raw(path: str, mechanism: Any) -> "Optional[Tuple[np.dtype, tuple, int]]":
+    """dtype, shape and data offset of a raw ``.npy`` report array (``ValueError`` when it
+    is not one or does not fit ``mechanism``'s reports); ``None`` for Fortran-ordered rows,
+    which cannot be read a row at a time."""
+    with open(path, "rb") as handle:
+        try:
+            major, _minor = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if major == 1
+                           else np.lib.format.read_array_header_2_0)
+            shape, fortran, dtype = read_header(handle)
+        except Exception as exc:  # numpy lets several kinds through (see deploy.NPY_ERRORS)
+            raise ValueError(f"{path!r} is not a readable .npy file: {exc}") from None
+        offset = handle.tell()
+    if mechanism.report_kind == "bits":
+        width = -(-mechanism.output_size // 8)
+        fits = dtype == np.uint8 and len(shape) == 2 and shape[1] == width
+    else:
+        fits = dtype.kind in "iu" and len(shape) == 1
+    if not fits:
+        raise ValueError(f"raw reports in {path!r} (dtype {dtype}, shape {shape}) do not fit "
+                         f"{mechanism!r}")
+    if fortran and len(shape) == 2 and shape[0] > 1:
+        return None
+    announced = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if os.path.getsize(path) - offset < announced:
+        raise IntegrityError(f"{path!r} is truncated: its .npy header announces {announced} "
+                             f"bytes of data, the file holds {os.path.getsize(path) - offset}")
+    return dtype, tuple(int(v) for v in shape), offset
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress_bar(progress: Optional[bool], total: int, label: str) -> Any:
+    import sys
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return _NoBar()
+    return tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
+                file=sys.stderr)
 
 
 def _checked_batches(entries: Any) -> Dict[str, str]:
