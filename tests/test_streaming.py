@@ -180,6 +180,14 @@ def test_raw_npy_streams_with_the_raw_batch_id(tmp_path):
     assert streamed.to_bytes() == expected.to_bytes() and streamed.dropped == 1
     with pytest.raises(ValueError, match="do not fit"):
         ldpdist.RAPPOR(k=37, epsilon=1.0).aggregator().add_file(tmp_path / "r.npy", raw=True)
+    # Fortran-ordered rows cannot be streamed row by row; they take the in-memory path
+    rappor = ldpdist.RAPPOR(k=37, epsilon=1.0)
+    rows = _reports(rappor)
+    np.save(tmp_path / "f.npy", np.asfortranarray(rows))
+    fortran = rappor.aggregator().add_file(tmp_path / "f.npy", raw=True, chunk_reports=CHUNK)
+    expected = rappor.aggregator().add(rows, batch_id=raw_file_batch_id(tmp_path / "f.npy"),
+                                       label="f.npy")
+    assert fortran.to_bytes() == expected.to_bytes()
 
 
 def test_chunk_and_progress_arguments(tmp_path, capsys):

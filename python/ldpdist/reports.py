@@ -46,7 +46,7 @@ from .specs import (canonical_json, fingerprint, from_dict, parse_json, spec_dif
                     spec_summary)
 
 __all__ = ["ReportBatch", "ReportsFileLayout", "encode_reports", "decode_reports",
-           "read_reports", "read_reports_layout", "write_reports", "write_reports_chunks",
+           "read_reports", "read_reports_layout", "read_chunks", "write_reports", "write_reports_chunks",
            "raw_batch_id", "raw_file_batch_id", "REPORTS_MAGIC"]
 
 REPORTS_MAGIC = b"LDPDREP1"

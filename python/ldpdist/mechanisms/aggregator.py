@@ -252,7 +252,9 @@ class Aggregator:
             A tqdm progress bar on stderr (bytes read): ``True`` always, ``False`` never,
             ``None`` (default) when stderr is a terminal.
         raw : bool
-            Read a plain ``.npy`` array of reports (from another system) instead.
+            Read a plain ``.npy`` array of reports (from another system) instead. A
+            Fortran-ordered 2-D array cannot be read a row at a time: it goes through
+            :meth:`add` on a memory map (the only case that does).
         """
         one_of(on_invalid, _ON_INVALID, "on_invalid")
         if chunk_reports is not None and (isinstance(chunk_reports, bool) or
