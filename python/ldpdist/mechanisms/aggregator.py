@@ -249,8 +249,9 @@ class Aggregator:
             Reports per piece; by default as many as fit in 64 MiB (throughput is flat
             above a few MiB). Small values are for tests.
         progress : bool, optional
-            A tqdm progress bar on stderr (bytes read): ``True`` always, ``False`` never,
-            ``None`` (default) when stderr is a terminal.
+            A tqdm progress bar on stderr (bytes read): ``True`` always (it stays when
+            done), ``False`` never, ``None`` (default) when stderr is a terminal (it is
+            erased when done).
         raw : bool
             Read a plain ``.npy`` array of reports (from another system) instead. A
             Fortran-ordered 2-D array cannot be read a row at a time: it goes through
@@ -519,6 +520,9 @@ class _NoBar:
 def _progress_bar(progress: Optional[bool], total: int, label: str) -> Any:
     import sys
 
+    # The automatic bar (a terminal) vanishes when done, leaving the commands' one-line
+    # summary alone; a bar asked for stays.
+    leave = progress is True
     if progress is None:
         progress = sys.stderr.isatty()
     if not progress:
@@ -528,7 +532,7 @@ def _progress_bar(progress: Optional[bool], total: int, label: str) -> Any:
     except ImportError:  # pragma: no cover - tqdm is a dependency
         return _NoBar()
     return tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
-                file=sys.stderr)
+                file=sys.stderr, leave=leave)
 
 
 def _checked_batches(entries: Any) -> Dict[str, str]:
