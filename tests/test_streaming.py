@@ -215,6 +215,7 @@ def test_the_read_buffer_is_declared_to_the_memory_guard(tmp_path):
         ldpdist.memory.set_memory_limit(None)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
 def test_peak_memory_stays_a_piece_for_a_large_file(tmp_path):
     # ~200 MB of HR reports (k = 2^16, uint32); the resident-set peak of a fresh process
     # grows by about one 4 MiB piece when streaming, by the file size when memory-mapped
@@ -225,20 +226,30 @@ def test_peak_memory_stays_a_piece_for_a_large_file(tmp_path):
     write_reports_chunks(tmp_path / "big.ldpr", mech,
                          (rng.integers(0, 2**16, piece, dtype=np.uint32)
                           for _ in range(n // piece)), n=n)
+    # Peak RSS from /proc (VmHWM, reset through clear_refs): ru_maxrss of a child starts at
+    # its parent's peak (Linux carries it over exec), which hides everything below it.
     script = textwrap.dedent("""
-        import resource, sys
+        import sys
         import ldpdist
         from ldpdist.reports import read_reports
+
+        def status(key):
+            with open("/proc/self/status") as handle:
+                line = next(l for l in handle if l.startswith(key + ":"))
+            return int(line.split()[1]) * 1024
+
         mech = ldpdist.HadamardResponse(k=2**16, epsilon=1.0)
         aggregator = mech.aggregator()
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")  # reset the peak to the current resident set
+        before = status("VmRSS")
         if sys.argv[2] == "stream":
             aggregator.add_file(sys.argv[1], chunk_reports=1 << 20)
         else:
             aggregator.add(read_reports(sys.argv[1]))
-        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        after = status("VmHWM")
         assert aggregator.n == 50_000_000
-        print((after - before) * 1024)
+        print(after - before)
     """)
     growth = {}
     for how in ("stream", "mmap"):
@@ -248,7 +259,7 @@ def test_peak_memory_stays_a_piece_for_a_large_file(tmp_path):
         growth[how] = int(done.stdout)
     size = os.path.getsize(tmp_path / "big.ldpr")
     assert growth["stream"] < 32 << 20, growth
-    assert growth["mmap"] > size // 4, growth  # the control measures what it should
+    assert growth["mmap"] > size // 2, growth  # the control measures what it should
 
 
 # -- the command line ----------------------------------------------------------------------
