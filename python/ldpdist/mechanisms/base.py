@@ -64,8 +64,10 @@ def values_array(values: Any, k: int) -> np.ndarray:
         if array.max() >= k:
             i = int(np.argmax(array >= k))
             raise ValueError(f"values must lie in [0, {k}): values[{i}] = {array[i]}")
-    if array.dtype != np.uint32 or not array.flags.c_contiguous:
+    if array.dtype != np.uint32 or not array.flags.c_contiguous or not array.flags.aligned:
         memory.check("privatize", [("the values as uint32", 4 * array.size)])
+    if not array.flags.aligned:  # e.g. a buffer received from Dask; the core reads typed slices
+        return np.array(array, dtype=np.uint32, order="C", copy=True)
     return np.ascontiguousarray(array, dtype=np.uint32)
 
 
@@ -371,6 +373,10 @@ def _native(reports: Any) -> np.ndarray:
     if array.dtype.kind in "iu" and not array.dtype.isnative:
         memory.check("aggregate", [("the reports in native byte order", array.nbytes)])
         array = array.astype(array.dtype.newbyteorder("="))
+    elif not array.flags.aligned:
+        # e.g. a buffer received from Dask at an odd offset: the core reads typed slices
+        memory.check("aggregate", [("an aligned copy of the reports", array.nbytes)])
+        array = np.array(array, order="C", copy=True)
     return array
 
 
