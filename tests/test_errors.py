@@ -79,3 +79,19 @@ def test_sizes_beyond_the_address_space_are_value_or_memory_errors(call):
     # OverflowError (which `except ValueError` / `except MemoryError` miss).
     with pytest.raises((ValueError, MemoryError)):
         call()
+
+
+def test_core_names_misalignment_not_contiguity():
+    # a numpy view of a foreign buffer at an odd address is C-contiguous but not aligned; the
+    # Python layer copies such arrays (ldpdist.dask relies on it), the core says what is wrong
+    from ldpdist import _core
+
+    buffer = np.zeros(8 * 11 + 1, dtype=np.uint8)
+    unaligned = np.frombuffer(buffer.data, dtype=np.float64, offset=1, count=10)
+    assert unaligned.flags.c_contiguous and not unaligned.flags.aligned
+    with pytest.raises(ValueError, match="aligned to its 8-byte elements"):
+        _core.project_simplex(unaligned)
+    with pytest.raises(ValueError, match="must be a contiguous array"):
+        _core.project_simplex(np.zeros(20)[::2])
+    np.testing.assert_array_equal(ldpdist.kernels.project_simplex(unaligned),
+                                  ldpdist.kernels.project_simplex(np.zeros(10)))

@@ -40,7 +40,8 @@ def one_of(value: Any, options: Sequence[str], name: str) -> str:
 
 
 def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
-    """A 1-D, C-contiguous float64 view of ``x`` (copied only when not already so).
+    """A 1-D, C-contiguous, aligned float64 view of ``x`` (copied only when not already so:
+    a view of a foreign buffer at an odd address is copied, the core refuses it).
 
     ndarrays must already be float64 (``TypeError`` otherwise: a silent cast could change
     values); other sequences of real numbers are converted.
@@ -61,7 +62,7 @@ def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
         raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
     if finite:
         check_finite(array, name)
-    return np.ascontiguousarray(array)
+    return np.require(array, requirements=["C", "A"])
 
 
 def check_finite(array: np.ndarray, name: str) -> None:
@@ -87,7 +88,8 @@ def as_array(x: Any, name: str) -> np.ndarray:
 
 
 def int64_vector(x: Any, name: str) -> np.ndarray:
-    """A 1-D, C-contiguous int64 view of an integer array (any integer dtype that fits)."""
+    """A 1-D, C-contiguous, aligned int64 view of an integer array (any integer dtype that
+    fits)."""
     array = np.asarray(x)
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {array.dtype}")
@@ -96,7 +98,7 @@ def int64_vector(x: Any, name: str) -> np.ndarray:
     if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
         position = int(np.argmax(array > np.iinfo(np.int64).max))
         raise ValueError(f"{name}[{position}] = {array[position]} does not fit in int64")
-    return np.ascontiguousarray(array, dtype=np.int64)
+    return np.require(array, dtype=np.int64, requirements=["C", "A"])
 
 
 def integer(value: Any, name: str, *, minimum: Optional[int] = None,

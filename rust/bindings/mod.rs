@@ -132,8 +132,20 @@ pub(crate) fn slice<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
     a: &'a numpy::PyReadonlyArray<'_, T, D>,
     what: &str,
 ) -> PyResult<&'a [T]> {
-    a.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{what} must be a contiguous array")))
+    a.as_slice().map_err(|_| {
+        let aligned = (a.data() as usize) % std::mem::align_of::<T>() == 0;
+        PyValueError::new_err(if aligned {
+            format!("{what} must be a contiguous array")
+        } else {
+            // numpy arrays viewing a foreign buffer (e.g. handed over by Dask) can start at
+            // an address that is not a multiple of the element size
+            format!(
+                "{what} must be aligned to its {}-byte elements (copy it first, e.g. with \
+                 numpy.require(a, requirements='A'))",
+                std::mem::align_of::<T>()
+            )
+        })
+    })
 }
 
 /// A fresh numpy float64 array of length `n` (numpy's allocator, which asks the OS for huge
