@@ -16,9 +16,9 @@
 //! and blocked summation keeps the rounding error at O((MEAN_BLOCK + n / MEAN_BLOCK)·2⁻⁵³)
 //! relative rather than O(n·2⁻⁵³). Non-finite reports are refused by the same pass.
 
-use super::{check_columns, check_sigma, check_values};
+use super::{check_columns, check_sigma, check_values, fill_reports};
 use crate::error::{Error, Result};
-use crate::rng::{self, Key};
+use crate::rng::Key;
 use rand_distr::{Distribution, StandardNormal};
 use rayon::prelude::*;
 
@@ -41,28 +41,12 @@ pub fn privatize(
     check_columns(columns, j, d)?;
     check_sigma(sigma)?;
     check_values(values, j)?;
-    if values.len().checked_mul(d) != Some(out.len()) {
-        return Err(Error::Value(format!(
-            "the output holds {} numbers, not n·d = {}·{d}",
-            out.len(),
-            values.len()
-        )));
-    }
-    out.par_chunks_mut(REPORT_CHUNK * d)
-        .zip(values.par_chunks(REPORT_CHUNK))
-        .enumerate()
-        .try_for_each(|(c, (rows, vs))| {
-            crate::interrupt::check()?;
-            let mut rng = rng::stream(key, c as u64);
-            for (row, &v) in rows.chunks_exact_mut(d).zip(vs) {
-                let column = &columns[v as usize * d..(v as usize + 1) * d];
-                for (y, &a) in row.iter_mut().zip(column) {
-                    let z: f64 = StandardNormal.sample(&mut rng);
-                    *y = a + sigma * z;
-                }
-            }
-            Ok(())
-        })
+    fill_reports(columns, d, key, values, out, |rng, _, column, row| {
+        for (y, &a) in row.iter_mut().zip(column) {
+            let z: f64 = StandardNormal.sample(rng);
+            *y = a + sigma * z;
+        }
+    })
 }
 
 /// The mean of reports (row-major n × d) and the number of rows it averages.

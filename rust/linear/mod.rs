@@ -23,6 +23,8 @@ pub mod rejection;
 pub mod sensitivity;
 
 use crate::error::{Error, Result};
+use crate::rng::{self, Key, StreamRng};
+use rayon::prelude::*;
 
 /// Check the shape of a J × d column slice: `d ≥ 1`, `J ≥ 1`, the length `J·d`, finite entries.
 pub(crate) fn check_columns(columns: &[f64], j: usize, d: usize) -> Result<()> {
@@ -59,4 +61,38 @@ pub(crate) fn check_sigma(sigma: f64) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The sampling loop shared by the report protocols: `values.len()` users, each writing its
+/// row of `out` (row-major n × d) from its column `a_v`. Users are cut into chunks of
+/// [`gaussian::REPORT_CHUNK`]; chunk `c` draws from `rng::stream(key, c)` user by user, so a
+/// seeded result is bit-identical on any number of threads. Checks the output's size first.
+pub(crate) fn fill_reports(
+    columns: &[f64],
+    d: usize,
+    key: &Key,
+    values: &[u32],
+    out: &mut [f64],
+    report: impl Fn(&mut StreamRng, usize, &[f64], &mut [f64]) + Sync,
+) -> Result<()> {
+    if values.len().checked_mul(d) != Some(out.len()) {
+        return Err(Error::Value(format!(
+            "the output holds {} numbers, not n·d = {}·{d}",
+            out.len(),
+            values.len()
+        )));
+    }
+    let chunk = gaussian::REPORT_CHUNK;
+    out.par_chunks_mut(chunk * d)
+        .zip(values.par_chunks(chunk))
+        .enumerate()
+        .try_for_each(|(c, (rows, vs))| {
+            crate::interrupt::check()?;
+            let mut rng = rng::stream(key, c as u64);
+            for (row, &v) in rows.chunks_exact_mut(d).zip(vs) {
+                let v = v as usize;
+                report(&mut rng, v, &columns[v * d..(v + 1) * d], row);
+            }
+            Ok(())
+        })
 }

@@ -18,13 +18,11 @@
 //! word `w`, accepted when `(w >> 11)·2⁻⁵³ < α` (a uniform on the 2⁵³ dyadic points of [0, 1),
 //! so P(accept) = α up to 2⁻⁵³). Bit-identical on any number of threads.
 
-use super::gaussian::REPORT_CHUNK;
-use super::{check_columns, check_sigma, check_values};
+use super::{check_columns, check_sigma, check_values, fill_reports};
 use crate::error::{Error, Result};
-use crate::rng::{self, Key};
+use crate::rng::Key;
 use rand_core::Rng;
 use rand_distr::{Distribution, StandardNormal};
-use rayon::prelude::*;
 
 /// The acceptance rule of Algorithm 3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,37 +141,20 @@ pub fn privatize(
         )));
     }
     check_values(values, j)?;
-    if values.len().checked_mul(d) != Some(out.len()) {
-        return Err(Error::Value(format!(
-            "the output holds {} numbers, not n·d = {}·{d}",
-            out.len(),
-            values.len()
-        )));
-    }
     let half_norms = half_squared_norms(columns, j, d)?;
     let inv_var = 1.0 / (sigma * sigma);
-    out.par_chunks_mut(REPORT_CHUNK * d)
-        .zip(values.par_chunks(REPORT_CHUNK))
-        .enumerate()
-        .try_for_each(|(c, (rows, vs))| {
-            crate::interrupt::check()?;
-            let mut rng = rng::stream(key, c as u64);
-            for (row, &v) in rows.chunks_exact_mut(d).zip(vs) {
-                let v = v as usize;
-                let column = &columns[v * d..(v + 1) * d];
-                for y in row.iter_mut() {
-                    let z: f64 = StandardNormal.sample(&mut rng);
-                    *y = sigma * z;
-                }
-                let t = log_ratio(column, half_norms[v], row, inv_var);
-                let alpha = acceptance_probability(t, epsilon, rule);
-                let uniform = (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
-                if uniform >= alpha {
-                    row.fill(f64::NAN);
-                }
-            }
-            Ok(())
-        })
+    fill_reports(columns, d, key, values, out, |rng, v, column, row| {
+        for y in row.iter_mut() {
+            let z: f64 = StandardNormal.sample(rng);
+            *y = sigma * z;
+        }
+        let t = log_ratio(column, half_norms[v], row, inv_var);
+        let alpha = acceptance_probability(t, epsilon, rule);
+        let uniform = (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+        if uniform >= alpha {
+            row.fill(f64::NAN);
+        }
+    })
 }
 
 #[cfg(test)]
