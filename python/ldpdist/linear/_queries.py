@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from .. import _core, memory
 from .._validation import as_array, one_of, real, shown
 from ..mechanisms.base import values_array
 
-__all__ = ["QueryMatrix", "l2_sensitivity", "PROJECTIONS"]
+__all__ = ["QueryMatrix", "QueryProtocol", "l2_sensitivity", "PROJECTIONS"]
 
 #: Server-side projections of a mean: none, onto conv{±a_v} (the paper's A·B_1^J), onto
 #: conv{a_v} (tighter: A·p lies in it for every distribution p).
@@ -173,3 +173,63 @@ def l2_sensitivity(queries: Any) -> float:
     O(J² d) time on every core (interruptible with Ctrl-C), the same on any number of threads.
     """
     return QueryMatrix.of(queries).sensitivity
+
+
+class QueryProtocol:
+    """What the offline protocols share: a validated :class:`QueryMatrix`, ε, σ and the
+    paper-faithful flag (set by the subclass's ``__init__``), their description, and the
+    check of a spec they are rebuilt from."""
+
+    _queries: QueryMatrix
+    _epsilon: float
+    _sigma: float
+    _paper_faithful: bool
+
+    @property
+    def queries(self) -> np.ndarray:
+        """The query matrix A (d × J, read-only float64)."""
+        return self._queries.matrix
+
+    @property
+    def d(self) -> int:
+        """Number of queries (report width)."""
+        return self._queries.d
+
+    @property
+    def domain_size(self) -> int:
+        """J, the number of user values (columns of A)."""
+        return self._queries.domain_size
+
+    @property
+    def r(self) -> float:
+        """The column-norm bound (given, or the largest column norm)."""
+        return self._queries.r
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def paper_faithful(self) -> bool:
+        return self._paper_faithful
+
+    @property
+    def sigma(self) -> float:
+        """The standard deviation per coordinate of the noise (Gaussian) or of the proposal
+        (rejection sampling)."""
+        return self._sigma
+
+    @classmethod
+    def _rebuilt(cls, spec: Dict[str, Any], build: Callable[[np.ndarray], Any]) -> Any:
+        """``build(queries)`` from a ``to_dict`` spec, refused (``ValueError``) when the spec
+        is another protocol's, or its fingerprint or σ disagree with the rebuilt protocol."""
+        name = cls.__name__
+        if spec.get("protocol") != name:
+            raise ValueError(f"not a {name} spec: protocol = {spec.get('protocol')!r}")
+        made = build(np.asarray(spec["queries"], dtype=np.float64))
+        if made._queries.fingerprint() != spec.get("queries_sha256"):
+            raise ValueError("the spec's query matrix does not match its fingerprint")
+        if made.sigma != spec.get("sigma"):
+            raise ValueError(f"the spec's sigma {spec.get('sigma')!r} differs from the one "
+                             f"recomputed, {made.sigma!r}")
+        return made

@@ -13,7 +13,7 @@ import numpy as np
 from .. import _core, memory
 from .._validation import integer, one_of, seed_key
 from . import calibration as _cal
-from ._queries import QueryMatrix
+from ._queries import QueryMatrix, QueryProtocol
 
 __all__ = ["GaussianLinearQueries"]
 
@@ -27,7 +27,7 @@ PAPER_FAITHFUL_WARNING = (
 )
 
 
-class GaussianLinearQueries:
+class GaussianLinearQueries(QueryProtocol):
     """(ε, δ)-LDP answers to d linear queries: user i sends ``a_{v_i} + N(0, σ² I_d)``; the
     server averages (Algorithms 1 and 2 of papers/linear-queries-ldp.txt).
 
@@ -83,33 +83,9 @@ class GaussianLinearQueries:
 
     # -- description ------------------------------------------------------------------------
     @property
-    def queries(self) -> np.ndarray:
-        """The query matrix A (d × J, read-only float64)."""
-        return self._queries.matrix
-
-    @property
-    def d(self) -> int:
-        """Number of queries (report width)."""
-        return self._queries.d
-
-    @property
-    def domain_size(self) -> int:
-        """J, the number of user values (columns of A)."""
-        return self._queries.domain_size
-
-    @property
-    def r(self) -> float:
-        """The column-norm bound (given, or the largest column norm)."""
-        return self._queries.r
-
-    @property
     def sensitivity(self) -> float:
         """The exact L2 sensitivity Δ2 = max_{v,v'} ‖a_v − a_v'‖ (≤ 2r)."""
         return self._queries.sensitivity
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
 
     @property
     def delta(self) -> float:
@@ -119,15 +95,6 @@ class GaussianLinearQueries:
     @property
     def calibration(self) -> str:
         return self._calibration
-
-    @property
-    def paper_faithful(self) -> bool:
-        return self._paper_faithful
-
-    @property
-    def sigma(self) -> float:
-        """The noise standard deviation per coordinate."""
-        return self._sigma
 
     @property
     def realized_delta(self) -> float:
@@ -227,16 +194,7 @@ class GaussianLinearQueries:
     def from_dict(cls, spec: Dict[str, Any]) -> "GaussianLinearQueries":
         """Rebuild from :meth:`to_dict`; the fingerprint and σ are checked against the
         rebuilt protocol (``ValueError`` on a mismatch)."""
-        if spec.get("protocol") != "GaussianLinearQueries":
-            raise ValueError(f"not a GaussianLinearQueries spec: protocol = "
-                             f"{spec.get('protocol')!r}")
-        made = cls(np.asarray(spec["queries"], dtype=np.float64), spec["epsilon"],
-                   spec["delta"], calibration=spec["calibration"], r=spec["r"],
-                   paper_faithful=spec["paper_faithful"])
-        if made._queries.fingerprint() != spec.get("queries_sha256"):
-            raise ValueError("the spec's query matrix does not match its fingerprint")
-        if made.sigma != spec.get("sigma"):
-            raise ValueError(f"the spec's sigma {spec.get('sigma')!r} differs from the one "
-                             f"recomputed, {made.sigma!r}")
-        return made
+        return cls._rebuilt(spec, lambda queries: cls(
+            queries, spec["epsilon"], spec["delta"], calibration=spec["calibration"],
+            r=spec["r"], paper_faithful=spec["paper_faithful"]))
 

@@ -27,7 +27,7 @@ from .. import _core, memory
 from .._validation import integer, real, seed_key
 from .calibration import normal_cdf as _Phi
 from .calibration import normal_pdf as _phi
-from ._queries import QueryMatrix
+from ._queries import QueryMatrix, QueryProtocol
 
 __all__ = [
     "RejectionSamplingLinearQueries",
@@ -149,7 +149,7 @@ def _output_loss_rank_one(b: np.ndarray, sigma: float, epsilon: float) -> float:
     return min(best, 2 * quarter)
 
 
-class RejectionSamplingLinearQueries:
+class RejectionSamplingLinearQueries(QueryProtocol):
     """Pure ε-LDP answers to d linear queries by rejection sampling (Algorithms 3 and 4 of
     papers/linear-queries-ldp.txt, corrected as in notes/linear-queries.md).
 
@@ -229,37 +229,8 @@ class RejectionSamplingLinearQueries:
 
     # -- description ------------------------------------------------------------------------
     @property
-    def queries(self) -> np.ndarray:
-        return self._queries.matrix
-
-    @property
-    def d(self) -> int:
-        return self._queries.d
-
-    @property
-    def domain_size(self) -> int:
-        return self._queries.domain_size
-
-    @property
-    def r(self) -> float:
-        return self._queries.r
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
-
-    @property
     def n_users(self) -> int:
         return self._n_users
-
-    @property
-    def paper_faithful(self) -> bool:
-        return self._paper_faithful
-
-    @property
-    def sigma(self) -> float:
-        """The proposal's standard deviation per coordinate."""
-        return self._sigma
 
     @property
     def acceptance_probabilities(self) -> np.ndarray:
@@ -390,14 +361,6 @@ class RejectionSamplingLinearQueries:
     def from_dict(cls, spec: Dict[str, Any]) -> "RejectionSamplingLinearQueries":
         """Rebuild from :meth:`to_dict`; the fingerprint and σ are checked against the
         rebuilt protocol (``ValueError`` on a mismatch)."""
-        if spec.get("protocol") != "RejectionSamplingLinearQueries":
-            raise ValueError(f"not a RejectionSamplingLinearQueries spec: protocol = "
-                             f"{spec.get('protocol')!r}")
-        made = cls(np.asarray(spec["queries"], dtype=np.float64), spec["epsilon"],
-                   spec["n_users"], r=spec["r"], paper_faithful=spec["paper_faithful"])
-        if made._queries.fingerprint() != spec.get("queries_sha256"):
-            raise ValueError("the spec's query matrix does not match its fingerprint")
-        if made.sigma != spec.get("sigma"):
-            raise ValueError(f"the spec's sigma {spec.get('sigma')!r} differs from the one "
-                             f"recomputed, {made.sigma!r}")
-        return made
+        return cls._rebuilt(spec, lambda queries: cls(
+            queries, spec["epsilon"], spec["n_users"], r=spec["r"],
+            paper_faithful=spec["paper_faithful"]))
