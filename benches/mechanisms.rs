@@ -10,6 +10,8 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ldpdist::linear::adaptive::{self as adaptive_queries, ReplyChannel};
 use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
+use ldpdist::mechanisms::compressive::LinearModel;
+use ldpdist::mechanisms::hadamard_compressive::HadamardCompressivePrivatization;
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::high_low_hadamard::HighLowHadamardResponse;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
@@ -488,11 +490,69 @@ fn bench_adaptive_linear_queries(c: &mut Criterion) {
     group.finish();
 }
 
+/// Structured compressive privatization (`matrix="hadamard"`): privatization with the
+/// server's balance table (k = 10^4, m = 500; k = 2^24, m = 4096 with uniform values, whose
+/// table lookups miss the cache, and with 50 distinct values), and the sparse decode (one
+/// single-precision FWHT of length 2K per OMP step) at k = 2^20, m = 2048, s = 25.
+fn bench_structured_compressive(c: &mut Criterion) {
+    let n = 1_000_000;
+    let key = key_from_u64(2);
+    let mut group = c.benchmark_group("cp_hadamard");
+    group.throughput(Throughput::Elements(n as u64));
+    let mut out = vec![0u16; n];
+    for (k, m) in [(10_000u64, 500usize), (1 << 24, 4096)] {
+        let cp = HadamardCompressivePrivatization::new(k, 0.5, m, key_from_u64(3)).unwrap();
+        let uniform: Vec<u32> = sample_uniform(&key_from_u64(1), k, n)
+            .unwrap()
+            .into_iter()
+            .map(|v| v as u32)
+            .collect();
+        cp.prepare(usize::MAX >> 1).unwrap(); // the balance table, untimed
+        group.bench_function(format!("privatize/k{k}_m{m}_uniform"), |b| {
+            b.iter(|| privatize(&cp, &key, black_box(&uniform), &mut out).unwrap())
+        });
+        let few: Vec<u32> = uniform
+            .iter()
+            .map(|&v| uniform[(v % 50) as usize])
+            .collect();
+        group.bench_function(format!("privatize/k{k}_m{m}_50values"), |b| {
+            b.iter(|| privatize(&cp, &key, black_box(&few), &mut out).unwrap())
+        });
+    }
+    let (k, m, s) = (1u64 << 20, 2048usize, 25usize);
+    let cp = HadamardCompressivePrivatization::new(k, 0.5, m, key_from_u64(3)).unwrap();
+    let mut p = vec![0.0; k as usize];
+    for (i, v) in sample_uniform(&key_from_u64(4), k, s)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        p[v as usize] += (i + 1) as f64;
+    }
+    let total: f64 = p.iter().sum();
+    p.iter_mut().for_each(|v| *v /= total);
+    let freq = cp.try_expected_frequencies(&p).unwrap();
+    group.throughput(Throughput::Elements(k));
+    group.sample_size(10);
+    group.bench_function(format!("decode/k2^20_m{m}_s{s}"), |b| {
+        b.iter(|| {
+            cp.estimate_sparse(
+                black_box(&freq),
+                Some(10_000_000),
+                Some(s),
+                LinearModel::Exact,
+            )
+            .unwrap()
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
         bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard, bench_linear,
-        bench_adaptive_linear_queries
+        bench_adaptive_linear_queries, bench_structured_compressive
 }
 criterion_main!(benches);

@@ -20,6 +20,7 @@ use std::ops::{Add, Sub};
 /// Elements the transform works on: floats, and exact integers for count decoding.
 pub trait Butterfly: Copy + Send + Sync + Add<Output = Self> + Sub<Output = Self> {}
 impl Butterfly for f64 {}
+impl Butterfly for f32 {}
 impl Butterfly for i64 {}
 
 /// Row length of the two-pass decomposition: 2^12 f64 = 32 KiB (L1-resident).

@@ -11,6 +11,10 @@
 //! `Aᵀr = Aᵀy − Σ_{l∈S} x_l·(Aᵀa_l)` and `(Aᵀa_l)_i = m − 2·popcount(col_i XOR col_l)`, so a
 //! step costs k popcounts of m bits plus O(k·|S|) flops, and A is never expanded to floats.
 //!
+//! A dictionary that [ranks approximately](Dictionary::ranks_approximately) (the structured
+//! compressive matrix: a fast transform of a nearby matrix) has its [`RESCORED`] best-ranked
+//! columns rescored exactly each step; the refit uses exact columns only.
+//!
 //! Stops after `s` atoms, when the residual norm is ≤ `tol`, when the residual is exactly
 //! explained (norm ≤ 1e-12·‖y‖: further atoms would fit rounding noise), when the next
 //! atom is numerically dependent on the chosen ones, or when the residual is orthogonal to
@@ -57,6 +61,11 @@ pub trait Dictionary: Sync {
     fn cols(&self) -> usize;
     /// `Aᵀr`.
     fn rmatvec(&self, r: &[f64]) -> Result<Vec<f64>>;
+    /// `Aᵀr` into `out` (length k): OMP's per-step products, which reuse one buffer.
+    fn rmatvec_into(&self, r: &[f64], out: &mut [f64]) -> Result<()> {
+        out.copy_from_slice(&self.rmatvec(r)?);
+        Ok(())
+    }
     /// Column `j` into `out` (length m).
     fn column(&self, j: usize, out: &mut [f64]);
     /// `Aᵀa_j` exactly, where cheap (bit-packed ±1 matrices); `None` makes OMP recompute `Aᵀr`.
@@ -71,7 +80,18 @@ pub trait Dictionary: Sync {
     fn gram_column(&self, _j: usize) -> Option<Vec<i32>> {
         None
     }
+    /// Whether `rmatvec` only ranks the columns (a close approximation of `Aᵀr`, e.g. the
+    /// structured compressive matrix before its per-column flips): OMP then rescores the
+    /// [`RESCORED`] best-ranked columns exactly with [`column`](Self::column) and picks the
+    /// best of those, and takes every inner product of the refit from exact columns.
+    fn ranks_approximately(&self) -> bool {
+        false
+    }
 }
+
+/// Columns rescored exactly per step on a dictionary that [ranks
+/// approximately](Dictionary::ranks_approximately).
+pub const RESCORED: usize = 16;
 
 /// A borrowed dense m×k float64 matrix in row-major (C) or column-major (Fortran) order.
 #[derive(Clone, Copy, Debug)]
@@ -355,6 +375,7 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
 
     footprint(a, s).check()?;
     let use_grams = caches_grams(a.has_gram(), k, s);
+    let approximate = a.ranks_approximately();
     let y_norm = dot(y, y).sqrt();
     let exact_fit = 1e-12 * y_norm;
     let initial = a.rmatvec(y)?;
@@ -399,18 +420,22 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         }
         if stale {
             // Refreshed only when another atom is wanted: the last refit needs none.
-            correlations = if grams.len() == support.len() {
-                let mut c = updated_correlations(&initial, &grams, &coef[fixed..]);
+            if grams.len() == support.len() {
+                correlations = updated_correlations(&initial, &grams, &coef[fixed..]);
                 if let Some(oc) = &ones_corr {
-                    subtract_scaled_f64(oc, coef[0], &mut c);
+                    subtract_scaled_f64(oc, coef[0], &mut correlations);
                 }
-                c
             } else {
-                a.rmatvec(&residual)?
-            };
+                a.rmatvec_into(&residual, &mut correlations)?;
+            }
         }
         crate::interrupt::check()?;
-        let Some(j) = most_correlated(&correlations, &chosen) else {
+        let best = if approximate {
+            best_rescored(a, &correlations, &chosen, &residual)
+        } else {
+            most_correlated(&correlations, &chosen)
+        };
+        let Some(j) = best else {
             break OmpStop::Orthogonal;
         };
         let mut column = vec![0.0; m];
@@ -430,10 +455,15 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         if !chol.push(&cross, norm2) {
             break OmpStop::Dependent;
         }
+        let right_hand_side = if approximate {
+            dot(&column, y)
+        } else {
+            initial[j]
+        };
         chosen[j] = true;
         support.push(j);
         atoms.push(column);
-        rhs.push(initial[j]);
+        rhs.push(right_hand_side);
         if let Some(g) = gram {
             grams.push(g);
         }
@@ -506,6 +536,37 @@ fn most_correlated(correlations: &[f64], chosen: &[bool]) -> Option<usize> {
         }
     }
     best.filter(|&(_, c)| c > 0.0).map(|(j, _)| j)
+}
+
+/// The column among the [`RESCORED`] unchosen ones of largest ranking `|correlation|`
+/// whose exact `|a_jᵀ r|` is largest (ties to the lowest index); `None` when that is 0.
+fn best_rescored<D: Dictionary + ?Sized>(
+    a: &D,
+    correlations: &[f64],
+    chosen: &[bool],
+    residual: &[f64],
+) -> Option<usize> {
+    // Descending by |correlation|, ties by index: a short sorted list.
+    let mut top: Vec<(f64, usize)> = Vec::with_capacity(RESCORED + 1);
+    for (j, (&c, &taken)) in correlations.iter().zip(chosen).enumerate() {
+        let c = c.abs();
+        if taken || (top.len() == RESCORED && c <= top[RESCORED - 1].0) {
+            continue;
+        }
+        let at = top.partition_point(|&(v, _)| v >= c);
+        top.insert(at, (c, j));
+        top.truncate(RESCORED);
+    }
+    let mut column = vec![0.0; residual.len()];
+    let mut best: Option<(f64, usize)> = None;
+    for &(_, j) in &top {
+        a.column(j, &mut column);
+        let exact = dot(&column, residual).abs();
+        if best.is_none_or(|(v, b)| exact > v || (exact == v && j < b)) {
+            best = Some((exact, j));
+        }
+    }
+    best.filter(|&(v, _)| v > 0.0).map(|(_, j)| j)
 }
 
 /// Lower-triangular Cholesky factor of `A_SᵀA_S`, grown one atom at a time.

@@ -134,6 +134,10 @@ pub struct BernoulliThreshold {
 }
 
 impl BernoulliThreshold {
+    /// The probability it samples (exactly).
+    pub fn probability(&self) -> f64 {
+        self.p
+    }
     pub fn new(p: f64) -> Result<Self> {
         if !(0.0..=1.0).contains(&p) {
             return Err(Error::Value(format!(

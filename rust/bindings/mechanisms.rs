@@ -5,7 +5,10 @@
 use super::{key_from, run, run_long, slice, to_py};
 use crate::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use crate::mechanisms::block_hadamard::BlockHadamardResponse;
-use crate::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
+use crate::mechanisms::compressive::{
+    CompressivePrivatization, LinearModel, MatrixKind, Regime, SparseEstimate,
+};
+use crate::mechanisms::hadamard_compressive::HadamardCompressivePrivatization;
 use crate::mechanisms::hadamard_response::HadamardResponse;
 use crate::mechanisms::high_low_hadamard::HighLowHadamardResponse;
 use crate::mechanisms::local_hashing::OptimizedLocalHashing;
@@ -268,6 +271,49 @@ fn aggregate_two_stage(
     run_long(py, reports.len() as u64, || {
         mechanism.aggregate(reports, counts, drop_invalid)
     })
+}
+
+// -- compressive privatization: the sparse estimate's diagnostics ------------------------
+
+type SparseTuple<'py> = (
+    Bound<'py, PyArray1<f64>>,
+    Vec<usize>,
+    f64,
+    f64,
+    &'static str,
+);
+
+/// Run `estimate(freq, model)` without the GIL and return `(p̂', support, residual_norm,
+/// noise_level, stop)`.
+fn sparse_estimate<'py, F>(
+    py: Python<'py>,
+    freq: &PyReadonlyArray1<'py, f64>,
+    model: &str,
+    k: u64,
+    estimate: F,
+) -> PyResult<SparseTuple<'py>>
+where
+    F: FnOnce(&[f64], LinearModel) -> crate::error::Result<SparseEstimate> + Send,
+{
+    let freq = slice(freq, "freq")?;
+    let model = match model {
+        "exact" => LinearModel::Exact,
+        "paper" => LinearModel::Paper,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "model must be 'exact' or 'paper', got {other:?}"
+            )))
+        }
+    };
+    let units = k.saturating_mul(freq.len() as u64);
+    let r = run_long(py, units, || estimate(freq, model))?;
+    Ok((
+        r.estimate.into_pyarray(py),
+        r.support,
+        r.residual_norm,
+        r.noise_level,
+        super::kernels::stop_name(r.stop),
+    ))
 }
 
 // -- the shared class -----------------------------------------------------------------
@@ -865,7 +911,6 @@ mechanism_class!(
 
         /// `(p̂', support, residual_norm, noise_level, stop)` (see `estimate_sparse`).
         #[pyo3(signature = (freq, n, sparsity, model))]
-        #[allow(clippy::type_complexity)]
         fn estimate_sparse<'py>(
             &self,
             py: Python<'py>,
@@ -873,34 +918,109 @@ mechanism_class!(
             n: Option<u64>,
             sparsity: Option<usize>,
             model: &str,
-        ) -> PyResult<(
-            Bound<'py, PyArray1<f64>>,
-            Vec<usize>,
-            f64,
-            f64,
-            &'static str,
-        )> {
-            let freq = slice(&freq, "freq")?;
-            let model = match model {
-                "exact" => LinearModel::Exact,
-                "paper" => LinearModel::Paper,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "model must be 'exact' or 'paper', got {other:?}"
-                    )))
-                }
-            };
-            let units = self.inner.k().saturating_mul(self.inner.m() as u64);
-            let r = run_long(py, units, || {
-                self.inner.estimate_sparse(freq, n, sparsity, model)
+        ) -> PyResult<SparseTuple<'py>> {
+            let inner = &self.inner;
+            sparse_estimate(py, &freq, model, inner.k(), |freq, model| {
+                inner.estimate_sparse(freq, n, sparsity, model)
+            })
+        }
+    }
+);
+
+mechanism_class!(
+    PyHadamardCompressivePrivatization,
+    HadamardCompressivePrivatization,
+    "HadamardCompressivePrivatization",
+    privatize_index,
+    aggregate_index,
+    {
+        #[new]
+        fn new(k: u64, epsilon: f64, m: usize, key: &[u8]) -> PyResult<Self> {
+            let key = key_from(Some(key)).map_err(to_py)?;
+            Ok(Self {
+                inner: HadamardCompressivePrivatization::new(k, epsilon, m, key).map_err(to_py)?,
+            })
+        }
+
+        #[getter]
+        fn m(&self) -> usize {
+            self.inner.m()
+        }
+
+        /// The ε of the channel formula: ε itself (the columns are balanced).
+        #[getter]
+        fn internal_epsilon(&self) -> f64 {
+            self.inner.epsilon()
+        }
+
+        #[getter]
+        fn regime(&self) -> &'static str {
+            "high"
+        }
+
+        /// K, the order of the Sylvester matrix whose rows A uses.
+        #[getter]
+        fn order(&self) -> u64 {
+            self.inner.structure().order()
+        }
+
+        /// The m Hadamard rows `R_y` (report y is row `R_y`).
+        fn hadamard_rows<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+            self.inner.structure().rows().to_vec().into_pyarray(py)
+        }
+
+        /// The slot `π(x)` of every value (its Hadamard column is `1 + π(x)`).
+        fn slots<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+            let k = self.inner.k();
+            let permutation = self.inner.structure().permutation();
+            let slots = run(py, || {
+                crate::memory::check_fits(k as usize, 8, "the slots")?;
+                Ok((0..k)
+                    .into_par_iter()
+                    .map(|x| permutation.slot(x))
+                    .collect::<Vec<u64>>())
             })?;
-            Ok((
-                r.estimate.into_pyarray(py),
-                r.support,
-                r.residual_norm,
-                r.noise_level,
-                super::kernels::stop_name(r.stop),
-            ))
+            Ok(slots.into_pyarray(py))
+        }
+
+        /// Column x of A (±1, int8, length m), as a client computes it in O(m).
+        fn column<'py>(&self, py: Python<'py>, x: u64) -> PyResult<Bound<'py, PyArray1<i8>>> {
+            if x >= self.inner.k() {
+                return Err(PyValueError::new_err(format!(
+                    "x must lie in [0, {}), got {x}",
+                    self.inner.k()
+                )));
+            }
+            Ok(self.inner.column(x).into_pyarray(py))
+        }
+
+        /// One report for x computed as a client does (its own column only).
+        fn privatize_one(&self, x: u64, key: &[u8]) -> PyResult<u64> {
+            let key = key_from(Some(key)).map_err(to_py)?;
+            let mut rng = crate::rng::stream(&key, 0);
+            self.inner.privatize_one(&mut rng, x).map_err(to_py)
+        }
+
+        /// Whether the server's balance table is built.
+        #[getter]
+        fn table_built(&self) -> bool {
+            self.inner.table_built()
+        }
+
+        /// `(p̂', support, residual_norm, noise_level, stop)` (see `estimate_sparse`).
+        #[pyo3(signature = (freq, n, sparsity, model))]
+        fn estimate_sparse<'py>(
+            &self,
+            py: Python<'py>,
+            freq: PyReadonlyArray1<'py, f64>,
+            n: Option<u64>,
+            sparsity: Option<usize>,
+            model: &str,
+        ) -> PyResult<SparseTuple<'py>> {
+            let inner = &self.inner;
+            sparse_estimate(py, &freq, model, inner.k(), |freq, model| {
+                inner.estimate_sparse(freq, n, sparsity, model)
+            })
         }
     }
 );
@@ -967,6 +1087,7 @@ mechanism_class!(
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCompressivePrivatization>()?;
+    m.add_class::<PyHadamardCompressivePrivatization>()?;
     m.add_class::<PySubsetSelection>()?;
     m.add_class::<PyRandomizedResponse>()?;
     m.add_class::<PyAsymmetricBinaryResponse>()?;

@@ -149,6 +149,13 @@ pub fn inside_probability(m: usize, n: usize, internal_epsilon: f64) -> f64 {
 }
 
 /// `(a, b)`: Q(y|x) for y inside / outside a column with `n` ones, from `ρ(n)`.
+/// `(ρ, (a, b))` of a balanced high-privacy column (`n = m/2`), as the balanced and the
+/// structured (`hadamard_compressive`) matrices use them.
+pub(crate) fn balanced_column_probabilities(m: usize, epsilon: f64) -> (f64, (f64, f64)) {
+    let rho = inside_probability(m, m / 2, epsilon);
+    (rho, column_probabilities(m, m / 2, rho))
+}
+
 fn column_probabilities(m: usize, n: usize, rho: f64) -> (f64, f64) {
     if n == 0 || n >= m {
         let u = 1.0 / m as f64;
@@ -1033,7 +1040,7 @@ fn ones_between(column: &[u64], lo: usize, hi: usize) -> u64 {
 /// with Binomial(count, ones_left/ones) per split — exact in law, as for `rng::spread_uniform`
 /// — and direct draws of the r-th set bit inside a word once there are at most two users per
 /// set bit. Checks for interruption at every range of more than one word.
-fn spread_over_ones(
+pub(crate) fn spread_over_ones(
     rng: &mut StreamRng,
     column: &[u64],
     lo: usize,

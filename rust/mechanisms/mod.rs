@@ -59,6 +59,7 @@
 pub mod asymmetric_binary;
 pub mod block_hadamard;
 pub mod compressive;
+pub mod hadamard_compressive;
 pub mod hadamard_response;
 pub mod high_low_hadamard;
 pub mod local_hashing;
@@ -207,6 +208,11 @@ pub trait IndexMechanism: Sync {
     /// for large batches; it allocates through the memory guard). Must not change the reports.
     fn prepare(&self, _batch: usize) -> Result<()> {
         Ok(())
+    }
+    /// What the server-side operations need built first (`Estimator::prepare_server`): by
+    /// default what the largest batch would.
+    fn prepare_server(&self) -> Result<()> {
+        self.prepare(usize::MAX)
     }
 }
 
@@ -1288,7 +1294,7 @@ macro_rules! impl_estimator {
         impl $crate::mechanisms::Estimator for $t {
             $crate::mechanisms::impl_estimator!(@common $linear self => self);
             fn prepare_server(&self) -> $crate::error::Result<()> {
-                $crate::mechanisms::IndexMechanism::prepare(self, usize::MAX)
+                $crate::mechanisms::IndexMechanism::prepare_server(self)
             }
             fn domain_size(&self) -> u64 {
                 $crate::mechanisms::IndexMechanism::domain(self)
@@ -1340,6 +1346,7 @@ impl_estimator!(index block_hadamard::BlockHadamardResponse, fallible);
 impl_estimator!(index high_low_hadamard::HighLowHadamardResponse, fallible);
 impl_estimator!(index local_hashing::OptimizedLocalHashing, fallible);
 impl_estimator!(index compressive::CompressivePrivatization, fallible);
+impl_estimator!(index hadamard_compressive::HadamardCompressivePrivatization, fallible);
 impl_estimator!(index one_bit_hadamard::OneBitHadamardResponse, fallible);
 impl_estimator!(bits unary_encoding::Rappor, self => (**self), symmetric);
 impl_estimator!(bits unary_encoding::OptimizedUnaryEncoding, self => (**self), symmetric);

@@ -13,7 +13,7 @@ from ..decoders import DECODERS, finish
 from ..specs import register
 from .base import Mechanism
 
-MATRIX_KINDS = ("balanced", "rademacher")
+MATRIX_KINDS = ("balanced", "rademacher", "hadamard")
 REGIMES = ("auto", "high", "medium")
 MODELS = ("exact", "paper")
 
@@ -54,14 +54,17 @@ class CompressivePrivatization(Mechanism):
         Number of possible reports, ``2 <= m < k``.
     seed : int
         Public seed of A (part of :meth:`to_dict`, so clients and server share A).
-    matrix : {"balanced", "rademacher"}
+    matrix : {"balanced", "rademacher", "hadamard"}
         ``"balanced"`` (default): every column has exactly ``m/2`` ones (high privacy; m must
         be even) or ``round(m e^{-ε})`` ones (medium privacy), so every ``Z_x`` is equal and
         the channel is exactly ε-LDP. ``"rademacher"``: the paper's i.i.d. matrix, whose
-        realized guarantee is ``ε' + ln(max Z / min Z)``.
+        realized guarantee is ``ε' + ln(max Z / min Z)``. ``"hadamard"``: the structured
+        matrix for large k (see below): nothing of size m × k is ever stored, columns are
+        balanced to exactly ``m/2`` ones (exact ε; m even; high-privacy construction only).
     regime : {"auto", "high", "medium"}
         High privacy uses P(+1) = 1/2; medium privacy (Section 4; ``1 < ε <= ln m``)
-        P(+1) = e^{-ε}. ``"auto"`` picks by ε.
+        P(+1) = e^{-ε}. ``"auto"`` picks by ε (always high for ``matrix="hadamard"``,
+        which has no medium-privacy form: ``regime="medium"`` is refused there).
     calibrate : bool, default True
         For the i.i.d. matrix, lower the internal ε (bisection) so that ``realized_epsilon <=
         epsilon``. With ``False`` the internal ε is ε, the realized value is reported, and a
@@ -90,6 +93,10 @@ class CompressivePrivatization(Mechanism):
         one_of(regime, REGIMES, "regime")
         if not isinstance(calibrate, (bool, np.bool_)):
             raise TypeError(f"calibrate must be a bool, got {shown(calibrate)}")
+        if matrix == "hadamard" and regime == "medium":
+            raise ValueError("matrix='hadamard' has the high-privacy construction only (columns "
+                             "of m/2 ones); use regime='auto' or 'high', or matrix='balanced' "
+                             "for the medium-privacy regime")
         self._matrix, self._regime, self._calibrate = matrix, regime, bool(calibrate)
         super().__init__(k, epsilon)
         if self.realized_epsilon > self.epsilon:
@@ -102,9 +109,12 @@ class CompressivePrivatization(Mechanism):
     def _checks_realized_epsilon(self) -> bool:
         # calibrate=False with the i.i.d. matrix is the one explicit opt-out: its realized ε
         # may exceed the request, and __init__ warns with the value.
-        return self._calibrate or self._matrix == "balanced"
+        return self._calibrate or self._matrix != "rademacher"
 
     def _make_core(self) -> Any:
+        if self._matrix == "hadamard":
+            return _core.HadamardCompressivePrivatization(self._k, self._epsilon, self._m,
+                                                          seed_key(self._seed))
         return _core.CompressivePrivatization(self._k, self._epsilon, self._m,
                                               seed_key(self._seed), self._matrix,
                                               self._regime, self._calibrate)
@@ -135,11 +145,25 @@ class CompressivePrivatization(Mechanism):
 
     def sign_matrix(self):
         """The public matrix as a :class:`ldpdist.kernels.SignMatrix` (bit-packed): what a
-        client's :func:`ldpdist.kernels.sign_column` reproduces column by column."""
+        client's :func:`ldpdist.kernels.sign_column` reproduces column by column. Not for
+        ``matrix="hadamard"``, which is never stored: use :meth:`column`."""
         from ..kernels import SignMatrix
 
+        if self._matrix == "hadamard":
+            raise ValueError("matrix='hadamard' is never stored as a sign matrix; use "
+                             "column(x) for one column")
         kind, p = self._core.sign_kind
         return SignMatrix(self._seed, self._m, self._k, kind, p)
+
+    def column(self, x: int) -> np.ndarray:
+        """Column x of A as ±1 (int8, shape (m,)): all a client holding x needs (O(m))."""
+        x = integer(x, "x", minimum=0, maximum=self._k - 1)
+        if self._matrix == "hadamard":
+            return self._core.column(x)
+        from ..kernels import sign_column
+
+        kind, p = self._core.sign_kind
+        return sign_column(self._seed, self._m, x, kind=kind, p=p)
 
     def recover(self, counts: np.ndarray, n: int, sparsity: Optional[int] = None,
                 model: str = "exact") -> SparseRecovery:
