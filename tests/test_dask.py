@@ -24,11 +24,16 @@ import ldpdist.dask as ldask
 from ldpdist.errors import DuplicateBatchError
 from test_mechanisms import IDS, MECHANISMS, k_for, make
 
-ALL = MECHANISMS + [ldpdist.CompressivePrivatization]
-ALL_IDS = IDS + ["CompressivePrivatization"]
+# The structured compressive matrix is a parameter of the same class: named by its id.
+HADAMARD_CP = "CompressivePrivatization-hadamard"
+ALL = MECHANISMS + [ldpdist.CompressivePrivatization, HADAMARD_CP]
+ALL_IDS = IDS + ["CompressivePrivatization", HADAMARD_CP]
 
 
 def small(cls):
+    if cls == HADAMARD_CP:
+        return ldpdist.CompressivePrivatization(k=64, epsilon=0.7, m=16, seed=3,
+                                                matrix="hadamard")
     if cls is ldpdist.CompressivePrivatization:
         return cls(k=64, epsilon=0.7, m=16, seed=3)
     return make(cls, k_for(cls, 16), 1.0)
@@ -51,7 +56,7 @@ def in_memory(mechanism, reports):
 def test_distributed_aggregate_equals_in_memory(client, cls):
     mechanism = small(cls)
     values = np.random.default_rng(1).integers(0, mechanism.k, 5000)
-    reports = mechanism.privatize(values, **({"seed": 7} if cls.randomized else {}))
+    reports = mechanism.privatize(values, **({"seed": 7} if mechanism.randomized else {}))
     expected = in_memory(mechanism, reports)
     # Uneven partitions (700, …, 700, 100), and a fan-in smaller than their number, so the
     # merge tree has several levels.
@@ -81,7 +86,7 @@ def test_privatize_does_not_depend_on_the_partitioning(client, cls):
     key = (11).to_bytes(32, "little")
     for block, start in enumerate(range(0, 5000, 1024)):
         options = {}
-        if cls.randomized:
+        if mechanism.randomized:
             options["seed"] = ldask.block_seed(key, block)
         if "first_user" in mechanism.privatize.__code__.co_varnames:
             options["first_user"] = start
@@ -90,7 +95,7 @@ def test_privatize_does_not_depend_on_the_partitioning(client, cls):
             mechanism.privatize(values[start:start + 1024], **options))
     result = ldask.aggregate(mechanism, second)
     np.testing.assert_array_equal(result.counts, in_memory(mechanism, reports_first).counts)
-    if cls.randomized:
+    if mechanism.randomized:
         other = ldask.privatize(mechanism, da.from_array(values, chunks=1000), seed=12,
                                 block_size=1024).compute()
         assert not np.array_equal(other, reports_first)
@@ -202,7 +207,7 @@ def test_unaligned_buffers_are_accepted(cls):
     odd = np.zeros(values.nbytes + 1, dtype=np.uint8)[1:].view(np.uint32)
     odd[:] = values
     assert not odd.flags.aligned
-    seed = {"seed": 4} if cls.randomized else {}
+    seed = {"seed": 4} if mechanism.randomized else {}
     reports = mechanism.privatize(values, **seed)
     np.testing.assert_array_equal(mechanism.privatize(odd, **seed), reports)
     if reports.itemsize > 1:

@@ -793,6 +793,87 @@ impl IndexMechanism for CompressivePrivatization {
 }
 
 /// How the estimator treats the all-ones term of eq. (3).
+/// The estimator's four forms from an inherent `estimate_sparse(freq, n, sparsity, model)`:
+/// the raw estimate (exact model, noise-level stop) and the noise-free recovery, fallible
+/// (the bindings) and panicking (Rust callers that size their problems). Shared by the
+/// stored and the structured (`hadamard_compressive`) matrices.
+macro_rules! sparse_estimate_forms {
+    () => {
+        /// Sparse recovery with the exact model and the noise-level stop (the "raw" estimate);
+        /// fails only on memory or an interruption.
+        pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> $crate::error::Result<Vec<f64>> {
+            let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
+            Ok(self
+                .estimate_sparse(
+                    &freq,
+                    Some(n),
+                    None,
+                    $crate::mechanisms::compressive::LinearModel::Exact,
+                )?
+                .estimate)
+        }
+
+        /// Noise-free recovery from exact report frequencies (returns p when it is sparse
+        /// enough for OMP to find its support).
+        pub fn try_estimate_from_frequencies(
+            &self,
+            freq: &[f64],
+        ) -> $crate::error::Result<Vec<f64>> {
+            Ok(self
+                .estimate_sparse(
+                    freq,
+                    None,
+                    None,
+                    $crate::mechanisms::compressive::LinearModel::Exact,
+                )?
+                .estimate)
+        }
+
+        /// [`try_estimate_raw`](Self::try_estimate_raw) for Rust callers that size their
+        /// problems (panics on memory or interruption); the bindings use the fallible form.
+        pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
+            self.try_estimate_raw(counts, n)
+                .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
+        }
+
+        /// [`try_estimate_from_frequencies`](Self::try_estimate_from_frequencies), panicking.
+        pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
+            self.try_estimate_from_frequencies(freq)
+                .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
+        }
+    };
+}
+pub(crate) use sparse_estimate_forms;
+
+/// Check the report frequencies and the sparsity of a sparse estimate; returns the atoms OMP
+/// may pick (s, or min(m − 1, k) when s is unknown) and the sampling noise level of `n`
+/// reports, `√((1 − ‖q̂‖²)/n)` (0 for exact frequencies, `n = None`).
+pub(crate) fn sparse_plan(
+    freq: &[f64],
+    m: usize,
+    k: usize,
+    n: Option<u64>,
+    sparsity: Option<usize>,
+) -> Result<(usize, f64)> {
+    if freq.len() != m {
+        return Err(Error::Value(format!(
+            "expected {m} report frequencies, got {}",
+            freq.len()
+        )));
+    }
+    let cap = (m - 1).min(k);
+    if let Some(s) = sparsity {
+        if s == 0 || s > cap {
+            return Err(Error::Value(format!(
+                "sparsity must lie in [1, min(m − 1, k)] = [1, {cap}], got {s}"
+            )));
+        }
+    }
+    let sum_sq: f64 = freq.iter().map(|f| f * f).sum();
+    let noise = n.map_or(0.0, |n| ((1.0 - sum_sq).max(0.0) / n as f64).sqrt());
+    Ok((sparsity.unwrap_or(cap), noise))
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LinearModel {
     /// `q = c·1 + A w` exactly, with `w_x = p_x (a_x − b_x)/2` (the realized probabilities)
@@ -827,35 +908,7 @@ impl CompressivePrivatization {
         self.column_probabilities(0)
     }
 
-    /// Sparse recovery with the exact model and the noise-level stop (the "raw" estimate);
-    /// fails only on memory or an interruption.
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
-        Ok(self
-            .estimate_sparse(&freq, Some(n), None, LinearModel::Exact)?
-            .estimate)
-    }
-
-    /// Noise-free recovery from exact report frequencies (returns p when it is sparse
-    /// enough for OMP to find its support).
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        Ok(self
-            .estimate_sparse(freq, None, None, LinearModel::Exact)?
-            .estimate)
-    }
-
-    /// [`try_estimate_raw`](Self::try_estimate_raw) for Rust callers that size their
-    /// problems (panics on memory or interruption); the bindings use the fallible form.
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        self.try_estimate_raw(counts, n)
-            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
-    }
-
-    /// [`try_estimate_from_frequencies`](Self::try_estimate_from_frequencies), panicking.
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        self.try_estimate_from_frequencies(freq)
-            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
-    }
+    sparse_estimate_forms!();
 
     /// [`expected_frequencies`](Self::expected_frequencies), failing (instead of panicking)
     /// when the matrix cannot be built.
@@ -900,23 +953,8 @@ impl CompressivePrivatization {
         sparsity: Option<usize>,
         model: LinearModel,
     ) -> Result<SparseEstimate> {
-        let (m, k) = (self.m, self.k as usize);
-        if freq.len() != m {
-            return Err(Error::Value(format!(
-                "expected {m} report frequencies, got {}",
-                freq.len()
-            )));
-        }
-        let cap = (m - 1).min(k);
-        if let Some(s) = sparsity {
-            if s == 0 || s > cap {
-                return Err(Error::Value(format!(
-                    "sparsity must lie in [1, min(m − 1, k)] = [1, {cap}], got {s}"
-                )));
-            }
-        }
-        let sum_sq: f64 = freq.iter().map(|f| f * f).sum();
-        let sampling_noise = n.map_or(0.0, |n| ((1.0 - sum_sq).max(0.0) / n as f64).sqrt());
+        let m = self.m;
+        let (atoms, sampling_noise) = sparse_plan(freq, m, self.k as usize, n, sparsity)?;
         let e = self.internal_epsilon.exp();
         let (target, scale, intercept) = match model {
             LinearModel::Exact => (freq.to_vec(), 1.0, true),
@@ -934,11 +972,8 @@ impl CompressivePrivatization {
             }
         };
         let noise_level = scale * sampling_noise;
-        let (s, tol) = match sparsity {
-            Some(s) => (s, None),
-            None => (cap, Some(noise_level)),
-        };
-        let run = omp_with_intercept(self.try_matrix()?, &target, s, tol, intercept)?;
+        let tol = sparsity.is_none().then_some(noise_level);
+        let run = omp_with_intercept(self.try_matrix()?, &target, atoms, tol, intercept)?;
         let estimate = run
             .coef
             .iter()

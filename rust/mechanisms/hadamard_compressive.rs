@@ -58,7 +58,8 @@
 //! * Simulation is exact in law (the mixture form of `mechanisms`, "Simulation").
 
 use super::compressive::{
-    balanced_column_probabilities, spread_over_ones, LinearModel, SparseEstimate,
+    balanced_column_probabilities, sparse_estimate_forms, sparse_plan, spread_over_ones,
+    LinearModel, SparseEstimate,
 };
 use super::randomized_response::epsilon_too_small;
 use super::{
@@ -685,22 +686,9 @@ impl HadamardCompressivePrivatization {
                     .into(),
             ));
         }
-        self.check_length(freq.len(), m, "the report frequencies")?;
-        let cap = (m - 1).min(k);
-        if let Some(s) = sparsity {
-            if s == 0 || s > cap {
-                return Err(Error::Value(format!(
-                    "sparsity must lie in [1, min(m − 1, k)] = [1, {cap}], got {s}"
-                )));
-            }
-        }
-        let sum_sq: f64 = freq.iter().map(|f| f * f).sum();
-        let noise_level = n.map_or(0.0, |n| ((1.0 - sum_sq).max(0.0) / n as f64).sqrt());
-        let (s, tol) = match sparsity {
-            Some(s) => (s, None),
-            None => (cap, Some(noise_level)),
-        };
-        let run = omp_with_intercept(&SlotDictionary::new(self), freq, s, tol, true)?;
+        let (atoms, noise_level) = sparse_plan(freq, m, k, n, sparsity)?;
+        let tol = sparsity.is_none().then_some(noise_level);
+        let run = omp_with_intercept(&SlotDictionary::new(self), freq, atoms, tol, true)?;
         let (a, b) = self.probs;
         let mut estimate = crate::memory::zeroed_vec::<f64>(k, "the estimate")?;
         let perm = &self.structure.permutation;
@@ -722,25 +710,7 @@ impl HadamardCompressivePrivatization {
         })
     }
 
-    pub fn try_estimate_raw(&self, counts: &[u64], n: u64) -> Result<Vec<f64>> {
-        let freq: Vec<f64> = counts.iter().map(|&c| c as f64 / n as f64).collect();
-        Ok(self
-            .estimate_sparse(&freq, Some(n), None, LinearModel::Exact)?
-            .estimate)
-    }
-    pub fn try_estimate_from_frequencies(&self, freq: &[f64]) -> Result<Vec<f64>> {
-        Ok(self
-            .estimate_sparse(freq, None, None, LinearModel::Exact)?
-            .estimate)
-    }
-    pub fn estimate_raw(&self, counts: &[u64], n: u64) -> Vec<f64> {
-        self.try_estimate_raw(counts, n)
-            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
-    }
-    pub fn estimate_from_frequencies(&self, freq: &[f64]) -> Vec<f64> {
-        self.try_estimate_from_frequencies(freq)
-            .unwrap_or_else(|e| panic!("compressive estimate failed: {e}"))
-    }
+    sparse_estimate_forms!();
 
     // -- simulation ----------------------------------------------------------------------
 
@@ -818,6 +788,28 @@ impl IndexMechanism for HadamardCompressivePrivatization {
         let slot = self.structure.permutation.slot(x);
         self.structure
             .sample(rng, slot, self.balance(slot), &self.inside)
+    }
+    /// With the table, the slots and balances of 64 values are looked up before any of them
+    /// is sampled: the lookups (a cache miss each for values spread over a large k) are
+    /// independent, so the processor overlaps them. Same draws in the same order.
+    fn sample_into<R: super::ReportInt>(&self, rng: &mut StreamRng, values: &[u32], out: &mut [R]) {
+        let Some(table) = self.table.get() else {
+            for (o, &x) in out.iter_mut().zip(values) {
+                *o = R::from_u64(self.sample(rng, x as u64));
+            }
+            return;
+        };
+        let mut looked_up = [(0u64, 0u32); 64];
+        for (values, out) in values.chunks(64).zip(out.chunks_mut(64)) {
+            for (l, &x) in looked_up.iter_mut().zip(values) {
+                let slot = self.structure.permutation.slot(x as u64);
+                *l = (slot, table[slot as usize]);
+            }
+            for (o, &(slot, balance)) in out.iter_mut().zip(&looked_up) {
+                let balance = Balance::unpack(balance);
+                *o = R::from_u64(self.structure.sample(rng, slot, balance, &self.inside));
+            }
+        }
     }
 }
 

@@ -209,6 +209,17 @@ pub trait IndexMechanism: Sync {
     fn prepare(&self, _batch: usize) -> Result<()> {
         Ok(())
     }
+    /// The reports of consecutive `values` (`out.len() == values.len()`) from one stream:
+    /// `sample` for each in order, unless a mechanism can overlap work across them (it must
+    /// draw the same words in the same order).
+    fn sample_into<R: ReportInt>(&self, rng: &mut StreamRng, values: &[u32], out: &mut [R])
+    where
+        Self: Sized,
+    {
+        for (o, &x) in out.iter_mut().zip(values) {
+            *o = R::from_u64(self.sample(rng, x as u64));
+        }
+    }
     /// What the server-side operations need built first (`Estimator::prepare_server`): by
     /// default what the largest batch would.
     fn prepare_server(&self) -> Result<()> {
@@ -261,9 +272,7 @@ pub fn privatize<M: IndexMechanism, R: ReportInt>(
     check_values(values, mechanism.domain())?;
     mechanism.prepare(values.len())?;
     par_fill_chunks(key, out, |rng, first, chunk| {
-        for (o, &x) in chunk.iter_mut().zip(&values[first..]) {
-            *o = R::from_u64(mechanism.sample(rng, x as u64));
-        }
+        mechanism.sample_into(rng, &values[first..first + chunk.len()], chunk)
     })
 }
 
