@@ -8,7 +8,8 @@ s is the support of Unif(s), and the smallest s holding 99 % of the mass for Geo
 ``cp-figure2`` rule). Prints one table row per (distribution, n) and the mean over the grid.
 
     python benches/structured_cp_accuracy.py                       # k = 10^4, m = 500
-    python benches/structured_cp_accuracy.py --k 1048576 --m 2048 --ns 200000,500000,1000000,2000000,4000000
+    python benches/structured_cp_accuracy.py --k 1048576 --m 2048 \
+        --ns 200000,500000,1000000,2000000,4000000
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ def reference_structure(seed, k, m):
     return np.array(rows, dtype=np.uint64), slots, order, A
 
 
-@pytest.mark.parametrize("k,m,seed", [(3, 2, 0), (40, 12, 3), (300, 40, 5), (1025, 64, 2**200 + 7)])
+@pytest.mark.parametrize("k,m,seed",
+                         [(3, 2, 0), (40, 12, 3), (300, 40, 5), (1025, 64, 2**200 + 7)])
 def test_structure_matches_the_normative_reference(k, m, seed):
     mech = CP(k, 0.7, m, seed=seed, matrix="hadamard")
     rows, slots, order, A = reference_structure(seed, k, m)

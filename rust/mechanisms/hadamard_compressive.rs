@@ -568,7 +568,12 @@ impl HadamardCompressivePrivatization {
             super::Operation::ChannelProduct => f
                 .add("FWHT buffer", transform, 8)
                 .include(&self.table_footprint()),
-            super::Operation::Simulate { .. } => f.include(&self.table_footprint()),
+            // The table is built for as many values with users as would pay for it: at
+            // most `users` of them.
+            super::Operation::Simulate { users } if self.batch_wants_table(users) => {
+                f.include(&self.table_footprint())
+            }
+            super::Operation::Simulate { .. } => f,
         }
     }
 

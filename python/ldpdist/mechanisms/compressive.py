@@ -68,7 +68,8 @@ class CompressivePrivatization(Mechanism):
     calibrate : bool, default True
         For the i.i.d. matrix, lower the internal ε (bisection) so that ``realized_epsilon <=
         epsilon``. With ``False`` the internal ε is ε, the realized value is reported, and a
-        warning says when it exceeds the request.
+        warning says when it exceeds the request. No effect on ``"balanced"`` and
+        ``"hadamard"``, whose channels are exactly ε-LDP as they are.
 
     Notes
     -----
