@@ -1,21 +1,10 @@
 //! Bindings of the linear-query kernels (`ldpdist.linear` wraps them).
 
-use super::{key_from, run_long, slice, to_py, InternalError};
+use super::{c_order, key_from, run_long, slice, to_py, InternalError};
 use crate::linear::{gaussian, rejection, sensitivity};
-use numpy::PyUntypedArrayMethods;
 use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-
-/// A 2-D float64 array as its row-major data and shape (C order only, no copy).
-fn rows<'a>(a: &'a PyReadonlyArray2<'_, f64>, what: &str) -> PyResult<(&'a [f64], usize, usize)> {
-    if !a.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be a C-contiguous array"
-        )));
-    }
-    Ok((slice(a, what)?, a.shape()[0], a.shape()[1]))
-}
 
 /// `(Δ2, (v, v'))`: the exact diameter of the columns (J × d, one column per row).
 #[pyfunction]
@@ -23,7 +12,7 @@ fn linear_sensitivity(
     py: Python<'_>,
     columns: PyReadonlyArray2<'_, f64>,
 ) -> PyResult<(f64, (usize, usize))> {
-    let (columns, j, d) = rows(&columns, "the columns")?;
+    let (columns, j, d) = c_order(&columns, "the columns")?;
     let units = (j as u64).saturating_mul(j as u64).saturating_mul(d as u64) / 2;
     let diameter = run_long(py, units, || sensitivity::diameter(columns, j, d))?;
     Ok((diameter.value, diameter.pair))
@@ -58,7 +47,7 @@ fn linear_gaussian_privatize<'py>(
     sigma: f64,
     key: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let (columns, j, d) = rows(&columns, "the columns")?;
+    let (columns, j, d) = c_order(&columns, "the columns")?;
     let values = slice(&values, "values")?;
     let key = key_from(key).map_err(to_py)?;
     new_reports(py, values.len(), d, |out| {
@@ -78,7 +67,7 @@ fn linear_rejection_privatize<'py>(
     paper_faithful: bool,
     key: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let (columns, j, d) = rows(&columns, "the columns")?;
+    let (columns, j, d) = c_order(&columns, "the columns")?;
     let values = slice(&values, "values")?;
     let key = key_from(key).map_err(to_py)?;
     let rule = if paper_faithful {
@@ -101,8 +90,8 @@ fn linear_acceptance<'py>(
     epsilon: f64,
     paper_faithful: bool,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
-    let (columns, j, d) = rows(&columns, "the columns")?;
-    let (outputs, m, width) = rows(&outputs, "outputs")?;
+    let (columns, j, d) = c_order(&columns, "the columns")?;
+    let (outputs, m, width) = c_order(&outputs, "outputs")?;
     if width != d {
         return Err(PyValueError::new_err(format!(
             "outputs must have d = {d} columns"
@@ -129,7 +118,7 @@ fn linear_mean<'py>(
     reports: PyReadonlyArray2<'py, f64>,
     skip_bottom: bool,
 ) -> PyResult<(Bound<'py, PyArray1<f64>>, u64)> {
-    let (reports, _, d) = rows(&reports, "reports")?;
+    let (reports, _, d) = c_order(&reports, "reports")?;
     let (mean, count) = run_long(py, reports.len() as u64, || {
         gaussian::mean(reports, d, skip_bottom)
     })?;

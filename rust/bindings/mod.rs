@@ -128,6 +128,21 @@ pub(crate) fn run_long<T: Send>(
     finish(outcome, pending)
 }
 
+/// A 2-D float64 array as its row-major data and shape, without a copy (C order only: the
+/// Python layer makes a contiguous copy first when it needs one).
+pub(crate) fn c_order<'a>(
+    a: &'a numpy::PyReadonlyArray2<'_, f64>,
+    what: &str,
+) -> PyResult<(&'a [f64], usize, usize)> {
+    use numpy::PyUntypedArrayMethods;
+    if !a.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "{what} must be a C-contiguous array"
+        )));
+    }
+    Ok((slice(a, what)?, a.shape()[0], a.shape()[1]))
+}
+
 pub(crate) fn slice<'a, T: numpy::Element, D: numpy::ndarray::Dimension>(
     a: &'a numpy::PyReadonlyArray<'_, T, D>,
     what: &str,

@@ -1,25 +1,11 @@
 //! Bindings of the exact privacy verifier (`ldpdist.privacy` wraps them).
 
-use super::{run_long, slice, InternalError};
+use super::{c_order, run_long, InternalError};
 use crate::privacy;
 use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2, PyUntypedArrayMethods};
+use numpy::{IntoPyArray, PyArray2, PyReadonlyArray2};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-
-/// A 2-D float64 array as its row-major data and shape, without a copy (C order only: the
-/// Python layer makes a contiguous copy first when it needs one).
-fn c_order<'a>(
-    a: &'a PyReadonlyArray2<'_, f64>,
-    what: &str,
-) -> PyResult<(&'a [f64], usize, usize)> {
-    if !a.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "{what} must be a C-contiguous array"
-        )));
-    }
-    Ok((slice(a, what)?, a.shape()[0], a.shape()[1]))
-}
 
 /// `(amount, (x, x', y) or None)`: the worst violation of E-LDP (`privacy::verify`).
 #[pyfunction]
