@@ -324,3 +324,28 @@ def test_channel_matrix_refuses_large_outputs(cls):
     with pytest.raises(ValueError, match="max_entries"):
         cls(k=30, epsilon=1.0).channel_matrix()
     assert cls(k=10, epsilon=1.0).channel_matrix(max_entries=10 * 1024).shape == (10, 1024)
+
+
+@pytest.mark.parametrize("k,n", [(13, 1000), (10_003, 3_001), (40_000, 1_100), (70_001, 300)])
+def test_bit_plane_aggregation_equals_unpackbits(k, n):
+    """The vertical (bit-plane) counters against numpy: padding bits (k not a multiple of 8),
+    more than 255 rows per task (u8 counters flushed), several tiles per row (k > 32768) and
+    a final partial block; with and without dropped rows."""
+    rng = np.random.default_rng(k)
+    width = (k + 7) // 8
+    rows = rng.integers(0, 256, size=(n, width), dtype=np.uint8)
+    pad = 8 * width - k
+    if pad:
+        rows[:, -1] &= np.uint8((0xFF << pad) & 0xFF)
+    for mech in (ldpdist.RAPPOR(k, 1.0), ldpdist.OptimizedUnaryEncoding(k, 1.0)):
+        expected = np.unpackbits(rows, axis=1)[:, :k].sum(axis=0)
+        np.testing.assert_array_equal(mech.aggregator().add(rows).counts, expected)
+        if pad:
+            bad = rows.copy()
+            bad[::7, -1] |= 1  # a padding bit set: malformed, dropped
+            agg = mech.aggregator().add(bad, on_invalid="drop")
+            kept = np.ones(n, bool)
+            kept[::7] = False
+            np.testing.assert_array_equal(
+                agg.counts, np.unpackbits(rows[kept], axis=1)[:, :k].sum(axis=0))
+            assert agg.n == kept.sum()
