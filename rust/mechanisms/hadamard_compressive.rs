@@ -30,7 +30,7 @@
 //! order y) of the majority sign are flipped; `boundary` is one past the last flipped row.
 //! Every column then has exactly m/2 ones (m must be even), so `Z_x` is constant and the
 //! channel is exactly ε-LDP (realized ε = ε up to the rounding toward privacy of
-//! [`inside_probability`]) with no calibration, and `Aᵀ1 = 0`. The flips touch about
+//! [`inside_probability`](super::compressive::inside_probability)) with no calibration, and `Aᵀ1 = 0`. The flips touch about
 //! `0.4·√m` entries of a column (2 % at m = 500). A client computes its column, `n` and
 //! `boundary` in O(m); the server keeps `(boundary, majority sign)` per slot (4 bytes) when
 //! a batch is large enough to pay for it.
@@ -52,7 +52,8 @@
 //!   exactly (tested); in the noise-level tail of a noisy run a near-tie (0.1 % apart in the
 //!   test that found one) can rank beyond the 16 and OMP then takes the runner-up, with the
 //!   same accuracy (measured). Exact correlations for all k columns would add the flips of
-//!   every column each step, ~2·0.4√m terms per column: 3–4× the transform at k = 2^24.
+//!   every column each step, ~2·0.4√m terms per column (estimated at 3–4× the transform's
+//!   cost at k = 2^24; not built).
 //!   Nothing of size m × k exists.
 //! * Exact products (channel products, expected frequencies) add each column's flips.
 //! * Simulation is exact in law (the mixture form of `mechanisms`, "Simulation").
