@@ -24,3 +24,13 @@ where
             .for_each(|(i, c)| f(i, c));
     }
 }
+
+/// Run `f` on a fresh pool of `threads` threads (tests of thread-count independence).
+#[cfg(test)]
+pub(crate) fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}

@@ -533,16 +533,12 @@ mod tests {
         let query: Vec<f64> = (0..50).map(|j| (j as f64 / 25.0) - 1.0).collect();
         let values: Vec<u32> = (0..3 * SAMPLE_CHUNK as u32 + 11).map(|i| i % 50).collect();
         let run = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| {
-                    let mut out = vec![0i8; values.len()];
-                    respond(&ch, &key, &query, &values, &mut out).unwrap();
-                    let plus = simulate_plus_count(&ch, &key, &query, &values).unwrap();
-                    (out, plus)
-                })
+            crate::parallel::in_pool(threads, || {
+                let mut out = vec![0i8; values.len()];
+                respond(&ch, &key, &query, &values, &mut out).unwrap();
+                let plus = simulate_plus_count(&ch, &key, &query, &values).unwrap();
+                (out, plus)
+            })
         };
         let (one, plus_one) = run(1);
         for threads in [2, 4] {

@@ -726,13 +726,7 @@ mod tests {
     use crate::hadamard::sylvester_entry;
     use crate::rng::key_from_u64;
 
-    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::parallel::in_pool;
 
     /// Labels of a non-contiguous partition: value x in block `pattern[x % len]`.
     fn interleaved(k: usize, pattern: &[u32]) -> Vec<u32> {

@@ -1005,17 +1005,13 @@ mod tests {
         let counts: Vec<u64> = (0..3000u64).map(|x| x * x % 1000 * 1000).collect();
         let key = crate::rng::key_from_u64(9);
         let run = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| {
-                    let mut reports = vec![0u16; values.len()];
-                    super::super::privatize(&m, &key, &values, &mut reports).unwrap();
-                    let sim = m.simulate(&key, &counts).unwrap();
-                    let est = m.estimate_raw(&sim, sim.iter().sum());
-                    (reports, sim, est)
-                })
+            crate::parallel::in_pool(threads, || {
+                let mut reports = vec![0u16; values.len()];
+                super::super::privatize(&m, &key, &values, &mut reports).unwrap();
+                let sim = m.simulate(&key, &counts).unwrap();
+                let est = m.estimate_raw(&sim, sim.iter().sum());
+                (reports, sim, est)
+            })
         };
         let one = run(1);
         for threads in [2, 3] {

@@ -1827,13 +1827,7 @@ mod aggregation_tests {
         (0..n as u32).map(move |i| (i ^ salt).wrapping_mul(2_654_435_761).rotate_left(7))
     }
 
-    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::parallel::in_pool;
 
     #[test]
     fn index_aggregation_matches_a_plain_count_in_both_strategies_and_rolls_back() {

@@ -738,13 +738,7 @@ mod tests {
     use crate::hadamard::sylvester_entry;
     use crate::rng::{key_from_u64, stream};
 
-    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::parallel::in_pool;
 
     #[test]
     fn groups_follow_the_paper() {

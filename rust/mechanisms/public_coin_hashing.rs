@@ -865,13 +865,7 @@ mod tests {
         counts
     }
 
-    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::parallel::in_pool;
 
     #[test]
     fn parameters_are_checked() {

@@ -631,13 +631,7 @@ mod tests {
     use super::*;
     use crate::rng::key_from_u64;
 
-    fn in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap()
-            .install(f)
-    }
+    use crate::parallel::in_pool;
 
     fn privatized(m: &TwoStageRappor, values: &[u32], stages: Stages<'_>, seed: u64) -> Vec<u8> {
         let mut out = vec![0u8; values.len() * row_bytes(m.report_bits())];
