@@ -36,6 +36,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .results import write_csv
+
 DESCRIPTION = ("Linear queries under LDP (first measurements): (a) 16 random queries over "
                "J = 1000, max error vs n for the Gaussian and rejection-sampling protocols "
                "with and without projection, with Theorems 3.2/3.4; (b) distribution "
@@ -202,12 +204,7 @@ def adaptive_rows(ns: Sequence[int], runs: int, seed: int) -> Iterator[Dict[str,
 
 
 def write(rows: Sequence[Dict[str, Any]], path: str) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({key: (repr(value) if isinstance(value, float) else value)
-                             for key, value in row.items()})
+    write_csv(rows, path, columns=COLUMNS)
 
 
 def read(path: str) -> List[Dict[str, Any]]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import csv
-from typing import Any, Dict, Iterable, List
+from typing import Any, Dict, Iterable, List, Sequence
 
 from .grid import COLUMNS
 
-def write_csv(rows: Iterable[Dict[str, Any]], path: str) -> None:
+def write_csv(rows: Iterable[Dict[str, Any]], path: str,
+              columns: Sequence[str] = COLUMNS) -> None:
+    """Write rows with the given columns (floats as ``repr``, so they read back exactly)."""
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         for row in rows:
             writer.writerow({key: (repr(value) if isinstance(value, float) else value)
