@@ -39,25 +39,31 @@ def one_of(value: Any, options: Sequence[str], name: str) -> str:
     return value
 
 
-def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
-    """A 1-D, C-contiguous, aligned float64 view of ``x`` (copied only when not already so:
-    a view of a foreign buffer at an odd address is copied, the core refuses it).
-
-    ndarrays must already be float64 (``TypeError`` otherwise: a silent cast could change
-    values); other sequences of real numbers are converted.
-    """
+def float64_array(x: Any, name: str, what: str = "a sequence of real numbers") -> np.ndarray:
+    """``x`` as a float64 ndarray: ndarrays must already be float64 (``TypeError``
+    otherwise: a silent cast could change values); anything else is converted (``TypeError``
+    naming ``what`` it should be when it cannot be)."""
     if isinstance(x, np.ndarray):
         if x.dtype != np.float64:
             raise TypeError(
                 f"{name} must have dtype float64, got {x.dtype}; convert explicitly with "
                 f"{name}.astype(np.float64) if that is what you mean"
             )
-        array = x
-    else:
-        try:
-            array = np.asarray(x, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a sequence of real numbers: {exc}") from None
+        return x
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be {what}: {exc}") from None
+
+
+def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
+    """A 1-D, C-contiguous, aligned float64 view of ``x`` (copied only when not already so:
+    a view of a foreign buffer at an odd address is copied, the core refuses it).
+
+    ndarrays must already be float64; other sequences of real numbers are converted
+    (:func:`float64_array`).
+    """
+    array = float64_array(x, name)
     if array.ndim != 1:
         raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
     if finite:

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _core, memory
-from ._validation import float_vector, int64_vector, integer, real, seed_key
+from ._validation import float64_array, float_vector, int64_vector, integer, real, seed_key
 
 __all__ = [
     "SIGN_KINDS",
@@ -420,15 +420,7 @@ def project_hull(points: Any, y: Any, *, symmetric: bool = True, tol: float = 1e
     MemoryError
         The working buffers (about ``12 * d**2`` bytes for large d) exceed the memory budget.
     """
-    if isinstance(points, np.ndarray):
-        if points.dtype != np.float64:
-            raise TypeError(f"points must have dtype float64, got {points.dtype}; convert "
-                            "explicitly with points.astype(np.float64) if that is what you mean")
-    else:
-        try:
-            points = np.asarray(points, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"points must be a 2-D array of real numbers: {exc}") from None
+    points = float64_array(points, "points", "a 2-D array of real numbers")
     if points.ndim != 2:
         raise ValueError(f"points must be two-dimensional (d, J), got shape {points.shape}")
     d, j = points.shape
