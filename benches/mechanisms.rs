@@ -18,7 +18,7 @@ use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
 use ldpdist::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
-use ldpdist::mechanisms::unary_encoding::Rappor;
+use ldpdist::mechanisms::unary_encoding::{BernoulliLanes, OptimizedUnaryEncoding, Rappor};
 use ldpdist::mechanisms::{
     aggregate, aggregate_bits, privatize, privatize_bits, row_bytes, IndexMechanism,
 };
@@ -58,6 +58,45 @@ fn bench_privatize(c: &mut Criterion) {
         let abr = AsymmetricBinaryResponse::new(e01, e10).unwrap();
         group.bench_function(format!("abr/eps01_{e01}_eps10_{e10}"), |b| {
             b.iter(|| privatize(&abr, &key, black_box(&bits), &mut out8).unwrap())
+        });
+    }
+    group.finish();
+    // Bit-vector mechanisms: 10^5 users × 1250-byte rows (125 MB of reports per call).
+    let n = 100_000;
+    let mut group = c.benchmark_group("privatize");
+    group.throughput(Throughput::Elements(n as u64));
+    let xs = &xs[..n];
+    let mut rows = vec![0u8; n * row_bytes(K)];
+    let rappor = Rappor::new(K, 1.0).unwrap();
+    group.bench_function("rappor/k10000_eps1_n1e5", |b| {
+        b.iter(|| privatize_bits(&rappor, &key, black_box(xs), &mut rows).unwrap())
+    });
+    let oue = OptimizedUnaryEncoding::new(K, 1.0).unwrap();
+    group.bench_function("oue/k10000_eps1_n1e5", |b| {
+        b.iter(|| privatize_bits(&oue, &key, black_box(xs), &mut rows).unwrap())
+    });
+    group.finish();
+    // The Bernoulli(b) noise bits alone, one thread: 64 lanes per word until all are decided
+    // (`word`, the sampler before issue 13) against `fill` (whole words for two digits, a
+    // reservoir for the rest). Element: output bit.
+    let mut group = c.benchmark_group("bernoulli_lanes");
+    let mut buffer = vec![0u8; 1 << 20];
+    group.throughput(Throughput::Elements(8 << 20));
+    for (name, p) in [
+        ("rappor_eps1", rappor.probabilities().1),
+        ("oue_eps1", oue.probabilities().1),
+    ] {
+        let lanes = BernoulliLanes::new(p).unwrap();
+        let mut rng = ldpdist::rng::stream(&key, 0);
+        group.bench_function(format!("word/{name}"), |b| {
+            b.iter(|| {
+                for bytes in buffer.chunks_exact_mut(8) {
+                    bytes.copy_from_slice(&lanes.word(&mut rng).to_le_bytes());
+                }
+            })
+        });
+        group.bench_function(format!("fill/{name}"), |b| {
+            b.iter(|| lanes.fill(&mut rng, black_box(&mut buffer)))
         });
     }
     group.finish();
