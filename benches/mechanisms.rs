@@ -10,7 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ldpdist::linear::adaptive::{self as adaptive_queries, ReplyChannel};
 use ldpdist::mechanisms::asymmetric_binary::AsymmetricBinaryResponse;
 use ldpdist::mechanisms::block_hadamard::BlockHadamardResponse;
-use ldpdist::mechanisms::compressive::LinearModel;
+use ldpdist::mechanisms::compressive::{CompressivePrivatization, LinearModel, MatrixKind, Regime};
 use ldpdist::mechanisms::hadamard_compressive::HadamardCompressivePrivatization;
 use ldpdist::mechanisms::hadamard_response::HadamardResponse;
 use ldpdist::mechanisms::high_low_hadamard::HighLowHadamardResponse;
@@ -51,6 +51,21 @@ fn bench_privatize(c: &mut Criterion) {
             b.iter(|| privatize(&hr, &key, black_box(&xs), &mut out16).unwrap())
         });
     }
+    // Compressive privatization with its stored balanced matrix (built before timing).
+    let cp = CompressivePrivatization::new(
+        K,
+        0.5,
+        500,
+        key_from_u64(4),
+        MatrixKind::Balanced,
+        Regime::Auto,
+        false,
+    )
+    .unwrap();
+    cp.prepare(n).unwrap();
+    group.bench_function("cp/k10000_m500_eps0.5", |b| {
+        b.iter(|| privatize(&cp, &key, black_box(&xs), &mut out16).unwrap())
+    });
     // The asymmetric binary mechanism (k = 2): one exact Bernoulli flip per user.
     let bits: Vec<u32> = xs.iter().map(|&x| x & 1).collect();
     let mut out8 = vec![0u8; n];
