@@ -199,7 +199,7 @@ where
         transform_blocks(x, n);
         return Ok(());
     }
-    let parallel = n * std::mem::size_of::<T>() >= PARALLEL_BYTES;
+    let parallel = std::mem::size_of_val(x) >= PARALLEL_BYTES;
     if parallel {
         x.par_chunks_mut(BLOCKS_PER_TASK * block)
             .try_for_each(|blocks| {
