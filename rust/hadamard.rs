@@ -5,13 +5,23 @@
 //! `n·log2(n)` additions.
 //!
 //! Layout of the computation: the vector is viewed as an `R × C` row-major matrix with
-//! `C = BLOCK` (fits in L1). `H_n = H_R ⊗ H_C`, so the transform is (1) an in-cache transform
-//! of every row, then (2) a length-`R` transform down every column, done on panels of
-//! `PANEL` adjacent columns so each butterfly works on contiguous, vectorizable runs. The data
-//! crosses memory twice instead of `log2 n` times; rows, then panels, run in parallel.
-//! Panels are copied to a contiguous scratch buffer first: walking a column with a stride of
-//! 32 KiB would map every row to the same cache sets.
+//! `C` = one block of 32 KiB (L1-resident: 2^12 f64 or i64, 2^13 f32). `H_n = H_R ⊗ H_C`, so
+//! the transform is (1) an in-cache transform of every block, then (2) a length-`R`
+//! transform down every column, done on panels of `PANEL` adjacent columns so each butterfly
+//! works on contiguous, vectorizable runs. The data crosses memory twice instead of
+//! `log2 n` times. Panels are copied to a contiguous scratch buffer first: walking a column
+//! with a stride of 32 KiB would map every row to the same cache sets.
 //! Butterflies are radix-4 (two stages per pass over the data).
+//!
+//! Vectors below 1 MiB (2^16 f64: L2-resident) are transformed on the calling thread: waking
+//! rayon's workers and handing the columns of the second pass to the other core cost more
+//! than the second core saves there (measured with `benches/kernels.rs`, see
+//! benches/README.md). Larger ones run blocks, then column panels, as rayon tasks.
+//!
+//! Every size and thread count performs the same additions in the same order: stages
+//! `h = 1, 2, 4, …, n/2` in turn, each output of a stage `a + b` or `a − b` of two outputs of
+//! the previous one. Float results are therefore bit-identical whatever the block size, the
+//! task split or the thread count (and to a plain radix-2 transform).
 
 use crate::simd::multiversion;
 use rayon::prelude::*;
@@ -23,12 +33,21 @@ impl Butterfly for f64 {}
 impl Butterfly for f32 {}
 impl Butterfly for i64 {}
 
-/// Row length of the two-pass decomposition: 2^12 f64 = 32 KiB (L1-resident).
-const BLOCK: usize = 1 << 12;
-/// Columns transformed together in the second pass (two cache lines of f64).
+/// Bytes of a block transformed entirely in L1 (32 KiB of L1d per core: `lscpu`).
+const L1_BYTES: usize = 32 << 10;
+/// From this many bytes on, the transform runs on rayon's pool; below, on the calling thread.
+const PARALLEL_BYTES: usize = 1 << 20;
+/// Columns transformed together in a column pass (two cache lines of f64).
 const PANEL: usize = 16;
-/// Below this size the transform runs on the calling thread only.
-const PARALLEL_MIN: usize = 1 << 16;
+/// Entries of a column task (128 KiB of f64, tens of microseconds of work).
+const COLUMN_TASK: usize = 1 << 14;
+/// Blocks per task of the block pass (512 KiB of f64).
+const BLOCKS_PER_TASK: usize = 16;
+
+/// Length of a block transformed in L1.
+fn block_len<T>() -> usize {
+    L1_BYTES / std::mem::size_of::<T>()
+}
 
 /// Entry `(r, c)` of the Sylvester Hadamard matrix: `(−1)^popcount(r & c)`.
 #[inline]
@@ -90,31 +109,32 @@ fn transform_stages<T: Butterfly>(x: &mut [T], first: usize) {
 }
 
 multiversion! {
-    fn transform_rows<T: Butterfly>(x: &mut [T], row_len: usize) {
-        for row in x.chunks_exact_mut(row_len) {
-            transform_stages(row, 1);
+    /// The transform of every block of `block` entries of `x`.
+    fn transform_blocks<T: Butterfly>(x: &mut [T], block: usize) {
+        for b in x.chunks_exact_mut(block) {
+            transform_stages(b, 1);
         }
     }
 }
 
 multiversion! {
-    /// Length-`rows` transforms down columns `first..last` of the `rows × BLOCK` matrix at
-    /// `base`, a panel of `PANEL` columns at a time: the panel is copied into `scratch`
+    /// Length-`rows` transforms down columns `first..last` of the `rows × stride` matrix
+    /// at `base`, a panel of `PANEL` columns at a time: the panel is copied into `scratch`
     /// (contiguous, so in L1 and free of the cache-set conflicts of a power-of-two stride),
     /// transformed there, and copied back.
-    fn transform_columns<T: Butterfly>(base: SendPtr<T>, rows: usize, first: usize, last: usize, scratch: &mut Vec<T>) {
+    fn transform_columns<T: Butterfly>(base: SendPtr<T>, rows: usize, stride: usize, first: usize, last: usize, scratch: &mut Vec<T>) {
         let mut col = first;
         while col < last {
             let width = PANEL.min(last - col);
             scratch.clear();
             for r in 0..rows {
                 // SAFETY: the caller owns columns first..last of every row exclusively.
-                let row = unsafe { std::slice::from_raw_parts(base.0.add(r * BLOCK + col), width) };
+                let row = unsafe { std::slice::from_raw_parts(base.0.add(r * stride + col), width) };
                 scratch.extend_from_slice(row);
             }
             transform_stages(scratch, width);
             for (r, chunk) in scratch.chunks_exact(width).enumerate() {
-                let row = unsafe { std::slice::from_raw_parts_mut(base.0.add(r * BLOCK + col), width) };
+                let row = unsafe { std::slice::from_raw_parts_mut(base.0.add(r * stride + col), width) };
                 row.copy_from_slice(chunk);
             }
             col += width;
@@ -134,8 +154,39 @@ pub fn fwht_in_place<T: Butterfly>(x: &mut [T]) {
     crate::interrupt::uninterrupted(fwht_in_place_checked(x, &crate::interrupt::never));
 }
 
-/// [`fwht_in_place`], calling `check` between parallel tasks (each a few milliseconds of
-/// work at most) and stopping with its error; `x` is then left partly transformed.
+/// Stages `stride, 2·stride, …, n/2` of `x` viewed as `n/stride` rows of `stride` entries
+/// (length-`n/stride` transforms down its columns), in column tasks of about
+/// [`COLUMN_TASK`] entries, on rayon's pool when `parallel`.
+fn column_pass<T, C>(
+    x: &mut [T],
+    stride: usize,
+    parallel: bool,
+    check: &C,
+) -> crate::error::Result<()>
+where
+    T: Butterfly,
+    C: crate::interrupt::Check,
+{
+    let rows = x.len() / stride;
+    let width = (COLUMN_TASK / rows).clamp(PANEL.min(stride), stride);
+    let base = SendPtr(x.as_mut_ptr());
+    let task = |scratch: &mut Vec<T>, t: usize| {
+        check()?;
+        transform_columns(base, rows, stride, t * width, (t + 1) * width, scratch);
+        Ok(())
+    };
+    if parallel {
+        (0..stride / width)
+            .into_par_iter()
+            .try_for_each_init(Vec::new, task)
+    } else {
+        let mut scratch = Vec::new();
+        (0..stride / width).try_for_each(|t| task(&mut scratch, t))
+    }
+}
+
+/// [`fwht_in_place`], calling `check` between tasks (each well under a millisecond of
+/// work) and stopping with its error; `x` is then left partly transformed.
 pub fn fwht_in_place_checked<T, C>(x: &mut [T], check: &C) -> crate::error::Result<()>
 where
     T: Butterfly,
@@ -143,39 +194,24 @@ where
 {
     let n = x.len();
     assert!(n.is_power_of_two(), "fwht length {n} is not a power of two");
-    if n <= BLOCK {
-        transform_rows(x, n);
+    let block = block_len::<T>();
+    if n <= block {
+        transform_blocks(x, n);
         return Ok(());
     }
-    let rows = n / BLOCK;
-    let parallel = n >= PARALLEL_MIN;
+    let parallel = std::mem::size_of_val(x) >= PARALLEL_BYTES;
     if parallel {
-        let rows_per_task = 2;
-        x.par_chunks_mut(rows_per_task * BLOCK)
-            .try_for_each(|chunk| {
+        x.par_chunks_mut(BLOCKS_PER_TASK * block)
+            .try_for_each(|blocks| {
                 check()?;
-                transform_rows(chunk, BLOCK);
+                transform_blocks(blocks, block);
                 Ok(())
             })?;
     } else {
-        transform_rows(x, BLOCK);
+        check()?;
+        transform_blocks(x, block);
     }
-    let base = SendPtr(x.as_mut_ptr());
-    if parallel {
-        // A task's columns hold 4·PANEL·n/BLOCK entries: 2^22 (32 MiB of f64) at n = 2^28.
-        let cols_per_task = 4 * PANEL;
-        (0..BLOCK / cols_per_task)
-            .into_par_iter()
-            .try_for_each_init(Vec::new, |scratch, t| {
-                check()?;
-                let first = t * cols_per_task;
-                transform_columns(base, rows, first, first + cols_per_task, scratch);
-                Ok(())
-            })
-    } else {
-        transform_columns(base, rows, 0, BLOCK, &mut Vec::new());
-        Ok(())
-    }
+    column_pass(x, block, parallel, check)
 }
 
 /// The error for a length that is not `2^j`, or `None`.
@@ -218,9 +254,37 @@ mod tests {
         }
     }
 
+    /// The plain radix-2 transform, stage by stage in increasing `h`: the order of additions
+    /// every layout must reproduce exactly.
+    fn radix2<T: Butterfly>(x: &mut [T]) {
+        let mut h = 1;
+        while h < x.len() {
+            for pair in x.chunks_exact_mut(2 * h) {
+                let (a, b) = pair.split_at_mut(h);
+                for i in 0..h {
+                    (a[i], b[i]) = (a[i] + b[i], a[i] - b[i]);
+                }
+            }
+            h *= 2;
+        }
+    }
+
+    /// Non-integer floats in [−1, 1): rounding differs between addition orders.
+    fn float_vector(n: usize, seed: u64) -> Vec<f64> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
     #[test]
-    fn two_pass_layout_matches_the_integer_transform_at_large_sizes() {
-        for j in [13, 16, 17, 20] {
+    fn every_size_matches_the_integer_transform_and_the_radix2_order() {
+        for j in 0..=22 {
             let n = 1usize << j;
             let x = test_vector(n);
             let mut ints: Vec<i64> = x.iter().map(|&v| v as i64).collect();
@@ -233,15 +297,76 @@ mod tests {
             );
             // H·H = n·I.
             fwht_in_place(&mut ints);
-            assert!(ints.iter().zip(&x).all(|(&i, &v)| i == v as i64 * n as i64));
+            assert!(
+                ints.iter().zip(&x).all(|(&i, &v)| i == v as i64 * n as i64),
+                "n = {n}"
+            );
             // Spot-check entries against the definition.
-            for r in [0usize, 1, n / 2 + 3, n - 1] {
+            for r in [0usize, 1, n / 2 + n / 3, n - 1]
+                .into_iter()
+                .filter(|&r| r < n)
+            {
                 let direct: f64 = (0..n)
                     .map(|c| sylvester_entry(r as u64, c as u64) as f64 * x[c])
                     .sum();
-                assert_eq!(floats[r], direct);
+                assert_eq!(floats[r], direct, "n = {n}, r = {r}");
+            }
+            // Rounded floats (f64 and f32): bit-identical to the radix-2 order.
+            let y = float_vector(n, j as u64);
+            let (mut fast, mut plain) = (y.clone(), y.clone());
+            fwht_in_place(&mut fast);
+            radix2(&mut plain);
+            assert!(
+                fast.iter()
+                    .zip(&plain)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "f64, n = {n}"
+            );
+            let y32: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+            let (mut fast, mut plain) = (y32.clone(), y32);
+            fwht_in_place(&mut fast);
+            radix2(&mut plain);
+            assert!(
+                fast.iter()
+                    .zip(&plain)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "f32, n = {n}"
+            );
+        }
+    }
+
+    #[test]
+    fn float_results_do_not_depend_on_the_thread_count() {
+        // 2^20 and 2^21 run in parallel (≥ 1 MiB); 2^16 on the calling thread.
+        for j in [16, 20, 21] {
+            let n = 1usize << j;
+            let y = float_vector(n, 7 + j as u64);
+            let run = |threads| {
+                crate::parallel::in_pool(threads, || {
+                    let mut a = y.clone();
+                    fwht_in_place(&mut a);
+                    let mut b: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+                    fwht_in_place(&mut b);
+                    (a, b)
+                })
+            };
+            let (a1, b1) = run(1);
+            for threads in [2, 3] {
+                let (a, b) = run(threads);
+                assert!(a.iter().zip(&a1).all(|(p, q)| p.to_bits() == q.to_bits()));
+                assert!(b.iter().zip(&b1).all(|(p, q)| p.to_bits() == q.to_bits()));
             }
         }
+    }
+
+    #[test]
+    fn the_checked_transform_stops_between_tasks() {
+        let mut x = test_vector(1 << 20);
+        let stop = || Err(crate::error::Error::Interrupted);
+        assert!(matches!(
+            fwht_in_place_checked(&mut x, &stop),
+            Err(crate::error::Error::Interrupted)
+        ));
     }
 
     #[test]
