@@ -584,7 +584,10 @@ fn bench_subset_selection(c: &mut Criterion) {
     group.throughput(Throughput::Elements(n));
     for (name, true_counts) in &cases {
         group.bench_function(format!("simulate/k10000_eps0.5_n1e6_{name}"), |b| {
-            b.iter(|| ss.simulate(&key_from_u64(8), black_box(true_counts)).unwrap())
+            b.iter(|| {
+                ss.simulate(&key_from_u64(8), black_box(true_counts))
+                    .unwrap()
+            })
         });
     }
     let users = 100_000usize;

@@ -175,17 +175,29 @@ impl SubsetSelection {
 
     /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
     ///
-    /// A simulation holds two arrays of k counts (the pure in users per value, the result)
-    /// and, per r-state (d + 1 of them), two pools, the states being split and the two splits,
-    /// plus Floyd's set of at most `FLOYD_MAX` positions.
+    /// A simulation holds two arrays of k counts (the pure in users per value, the result);
+    /// per r-state (d + 1 of them) the two pools and the next states of the block split, the
+    /// states being split and the two splits; Floyd's set of at most `FLOYD_MAX` positions;
+    /// for the free phase its items (u32) and counts, the blocks' histograms of picks, and per
+    /// thread one block's pool and the weights of a split.
     pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
         let f = super::vector_footprint("SubsetSelection", op, self.k, self.k);
         match op {
-            super::Operation::Simulate { .. } => f
-                .add("pure in users per value", self.k, 8)
-                .add("pools of r-states", 2 * (self.d + 1), 8)
-                .add("splits of r-states", 3 * (self.d + 1), 16)
-                .add("Floyd positions", FLOYD_MAX, 48),
+            super::Operation::Simulate { .. } => {
+                let blocks = self.k.div_ceil(BLOCK_ITEMS as u64);
+                let threads = rayon::current_num_threads() as u64;
+                f.add("pure in users per value", self.k, 8)
+                    .add("pools of r-states", 3 * (self.d + 1), 8)
+                    .add("splits of r-states", 3 * (self.d + 1), 16)
+                    .add("Floyd positions", FLOYD_MAX, 48)
+                    .add("free-phase items and counts", self.k, 12)
+                    .add("block histograms", blocks * (BLOCK_ITEMS as u64 + 1), 8)
+                    .add(
+                        "block pools and split weights",
+                        (threads + 1) * 6 * (BLOCK_ITEMS as u64 + 1),
+                        8,
+                    )
+            }
             _ => f,
         }
     }
@@ -242,12 +254,18 @@ impl SubsetSelection {
     /// Per-bit counts of privatizing `true_counts[x]` users holding each value x (see the
     /// module documentation: exact joint law, `O(k × #states)` work).
     pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
-        self.simulate_with(key, true_counts, FLOYD_MAX)
+        self.simulate_with(key, true_counts, FLOYD_MAX, BLOCK_ITEMS)
     }
 
     /// [`simulate`](Self::simulate) with the threshold between the two hypergeometric
     /// split methods as a parameter (tests force each method with it).
-    fn simulate_with(&self, key: &Key, true_counts: &[u64], floyd_max: u64) -> Result<Vec<u64>> {
+    fn simulate_with(
+        &self,
+        key: &Key,
+        true_counts: &[u64],
+        floyd_max: u64,
+        block: usize,
+    ) -> Result<Vec<u64>> {
         if true_counts.len() as u64 != self.k {
             return Err(Error::Value(format!(
                 "true_counts must have length k = {}, got {}",
@@ -282,30 +300,29 @@ impl SubsetSelection {
         let mut counts = crate::memory::allocate_zeroed::<u64>(k, "the per-bit counts")?;
         let mut taken = Vec::new();
         let mut scratch = Scratch::default();
-        // 2. The items holding pure in users first, then the others (any fixed order of the
-        //    items is a valid scan order): the pending pool empties after the first ones.
+        // 2. The items holding pure in users first (any fixed order of the items is a valid
+        //    scan order): the pending pool empties after them.
         let occupied = (0..k).filter(|&x| pure[x] > 0);
-        let order = occupied.chain((0..k).filter(|&x| pure[x] == 0));
-        for (step, x) in order.enumerate() {
-            // Every item: an item moves users between d + 1 pool states (~0.1 ms at d = 3775).
+        for (step, x) in occupied.enumerate() {
             crate::interrupt::check()?;
             let left = (k - step) as u64; // items not scanned yet, x included
-            let mut c = pure[x];
-            taken.clear();
-            if pending.total > 0 {
-                // 3. The users holding x leave the pending pool.
-                pending.take(&mut rng, pure[x], &mut taken, &mut scratch, floyd_max);
-                c += pending.pick_item(&mut rng, left - 1);
-            }
+                                          // 3. The users holding x leave the pending pool.
+            pending.take(&mut rng, pure[x], &mut taken, &mut scratch, floyd_max);
             // 4. Everyone else takes item x with probability r/M.
-            c += free.pick_item(&mut rng, left);
+            let c =
+                pure[x] + pending.pick_item(&mut rng, left - 1) + free.pick_item(&mut rng, left);
             for &(r, h) in &taken {
                 free.add(r, h);
             }
             counts[x] = c;
         }
         debug_assert!(pending.total == 0);
-        debug_assert!(free.lo == free.hi || (free.lo == 0 && free.hi == 1));
+        // 5. The other items: only value-free users are left, split over blocks of items.
+        let rest: Vec<u32> = (0..k).filter(|&x| pure[x] == 0).map(|x| x as u32).collect();
+        let rest_counts = simulate_free_blocks(key, &mut rng, free, &rest, block)?;
+        for (&x, c) in rest.iter().zip(rest_counts) {
+            counts[x as usize] = c;
+        }
         Ok(counts)
     }
 
@@ -604,6 +621,225 @@ fn floyd_positions(rng: &mut StreamRng, n: u64, size: u64, scratch: &mut Scratch
     scratch.positions.clear();
     scratch.positions.extend(scratch.set.iter().copied());
     scratch.positions.sort_unstable();
+}
+
+/// Items per block of the free phase (part of the reproducibility contract: block b draws
+/// from `stream(key, 1 + b)`).
+const BLOCK_ITEMS: usize = 256;
+
+/// Relative weight below which a cell of a block split's hypergeometric law is left out
+/// (module documentation: far below the resolution of double precision).
+const NEGLIGIBLE_WEIGHT: f64 = 1e-30;
+
+/// The per-item counts of the value-free users of `free` over the items `rest` (in that
+/// order; the pool's states count items left = `rest.len()`).
+///
+/// Sequential split (stream `rng`): block b of `rest` (`block` items, the last one shorter)
+/// receives from each user with r picks left among M items `Hypergeometric(M, L_b, r)` of
+/// them; per state, the users' split over the outcomes is multinomial. Given its histogram
+/// of picks, each block is an independent scan (stream `1 + b`), in parallel.
+fn simulate_free_blocks(
+    key: &Key,
+    rng: &mut StreamRng,
+    mut free: Pool,
+    rest: &[u32],
+    block: usize,
+) -> Result<Vec<u64>> {
+    let n = rest.len();
+    let mut result = crate::memory::allocate_zeroed::<u64>(n, "the counts of the free phase")?;
+    if n == 0 {
+        return Ok(result);
+    }
+    let blocks = n.div_ceil(block);
+    let width = block + 1;
+    let mut histograms =
+        crate::memory::allocate_zeroed::<u64>(blocks * width, "block histograms of picks")?;
+    let mut next = vec![0u64; free.count.len()];
+    let mut weights = Weights::default();
+    for (b, histogram) in histograms.chunks_mut(width).enumerate() {
+        crate::interrupt::check()?;
+        let left = (n - b * block) as u64;
+        let size = block.min(n - b * block) as u64;
+        if size == left {
+            // The last block: every pick left falls in it.
+            for r in free.lo..free.hi {
+                histogram[r] += free.count[r];
+            }
+            break;
+        }
+        for r in free.lo..free.hi {
+            let c = free.count[r];
+            if c == 0 {
+                continue;
+            }
+            weights.hypergeometric(left, size, r as u64);
+            weights.split(rng, c, |j, h| {
+                histogram[j as usize] += h;
+                next[r - j as usize] += h;
+            });
+        }
+        std::mem::swap(&mut free.count, &mut next);
+        next[free.lo..free.hi].fill(0);
+        free.lo = 0;
+        free.hi = free.count.len();
+        free.trim();
+    }
+    let scan = |b: usize, out: &mut [u64]| -> Result<()> {
+        crate::interrupt::check()?;
+        let histogram = &histograms[b * width..(b + 1) * width];
+        let mut pool = Pool::new(block);
+        for (j, &c) in histogram.iter().enumerate() {
+            pool.add(j, c);
+        }
+        let mut rng = stream(key, 1 + b as u64);
+        let size = out.len() as u64;
+        for (t, c) in out.iter_mut().enumerate() {
+            *c = pool.pick_item(&mut rng, size - t as u64);
+        }
+        Ok(())
+    };
+    if blocks == 1 {
+        scan(0, &mut result)?;
+    } else {
+        use rayon::prelude::*;
+        result
+            .par_chunks_mut(block)
+            .enumerate()
+            .try_for_each(|(b, out)| scan(b, out))?;
+    }
+    Ok(result)
+}
+
+/// The weights of one hypergeometric law on the outcomes `lo..lo + w.len()` (relative to
+/// the mode, tails below `NEGLIGIBLE_WEIGHT` left out), with prefix and suffix sums (each
+/// accumulated from its outer end, so a tail's mass keeps its relative precision).
+#[derive(Default)]
+struct Weights {
+    lo: u64,
+    mode: usize,
+    w: Vec<f64>,
+    below: Vec<f64>,
+    prefix: Vec<f64>,
+    suffix: Vec<f64>,
+}
+
+impl Weights {
+    /// Hypergeometric(population, draws, marked): picks among `draws` items of a user with
+    /// `marked` picks left among `population` items.
+    fn hypergeometric(&mut self, population: u64, draws: u64, marked: u64) {
+        let (m, l, r) = (population as f64, draws as f64, marked as f64);
+        let lo = (marked + draws).saturating_sub(population);
+        let hi = marked.min(draws);
+        let mode = ((marked as u128 + 1) * (draws as u128 + 1) / (population as u128 + 2)) as u64;
+        let mode = mode.clamp(lo, hi);
+        // Down from the mode: P(j − 1)/P(j) = j(M − r − L + j)/((r − j + 1)(L − j + 1)).
+        self.below.clear();
+        let (mut j, mut v) = (mode, 1.0f64);
+        while j > lo {
+            let jf = j as f64;
+            v *= jf * (m - r - l + jf) / ((r - jf + 1.0) * (l - jf + 1.0));
+            if v < NEGLIGIBLE_WEIGHT {
+                break;
+            }
+            self.below.push(v);
+            j -= 1;
+        }
+        self.lo = j;
+        self.w.clear();
+        self.w.extend(self.below.iter().rev());
+        self.mode = self.w.len();
+        self.w.push(1.0);
+        // Up: P(j + 1)/P(j) = (r − j)(L − j)/((j + 1)(M − r − L + j + 1)).
+        let (mut j, mut v) = (mode, 1.0f64);
+        while j < hi {
+            let jf = j as f64;
+            v *= (r - jf) * (l - jf) / ((jf + 1.0) * (m - r - l + jf + 1.0));
+            if v < NEGLIGIBLE_WEIGHT {
+                break;
+            }
+            self.w.push(v);
+            j += 1;
+        }
+        let n = self.w.len();
+        self.prefix.clear();
+        let mut acc = 0.0;
+        for &v in &self.w {
+            acc += v;
+            self.prefix.push(acc);
+        }
+        self.suffix.clear();
+        self.suffix.resize(n, 0.0);
+        let mut acc = 0.0;
+        for i in (0..n).rev() {
+            acc += self.w[i];
+            self.suffix[i] = acc;
+        }
+    }
+
+    /// Split `c` users multinomially over the outcomes: `f(outcome, users)` for each outcome
+    /// that gets users. A chain of conditional binomials from the mode outwards (mode,
+    /// mode + 1, mode − 1, mode + 2, …), so that it stops as soon as every user is placed;
+    /// each conditional probability is the cell's weight over the mass not yet visited
+    /// (one prefix plus one suffix sum).
+    fn split(&self, rng: &mut StreamRng, c: u64, mut f: impl FnMut(u64, u64)) {
+        let n = self.w.len();
+        let (mut a, mut b) = (self.mode, self.mode); // visited: a..=b (none yet)
+        let mut left = c;
+        let mut first = true;
+        while left > 0 {
+            let (cell, rest_mass) = if first {
+                first = false;
+                (self.mode, self.mass_outside(self.mode, self.mode))
+            } else {
+                let up = b + 1 < n;
+                let down = a > 0;
+                // Alternate, preferring the side with more mass next.
+                let go_up = up && (!down || self.w[b + 1] >= self.w[a - 1]);
+                if go_up {
+                    b += 1;
+                    (b, self.mass_outside(a, b))
+                } else if down {
+                    a -= 1;
+                    (a, self.mass_outside(a, b))
+                } else {
+                    unreachable!("users left after every outcome")
+                }
+            };
+            let h = if rest_mass <= 0.0 {
+                left
+            } else {
+                let p = self.w[cell] / (self.w[cell] + rest_mass);
+                binomial_f64(rng, left, p)
+            };
+            if h > 0 {
+                f(self.lo + cell as u64, h);
+                left -= h;
+            }
+        }
+    }
+
+    /// The weight outside `a..=b`.
+    fn mass_outside(&self, a: usize, b: usize) -> f64 {
+        let below = if a > 0 { self.prefix[a - 1] } else { 0.0 };
+        let above = if b + 1 < self.w.len() {
+            self.suffix[b + 1]
+        } else {
+            0.0
+        };
+        below + above
+    }
+}
+
+/// Binomial(n, p) for a double p: one uniform double per user for `n ≤ SMALL_BINOMIAL`,
+/// else `rand_distr`.
+fn binomial_f64(rng: &mut StreamRng, n: u64, p: f64) -> u64 {
+    if n <= SMALL_BINOMIAL {
+        (0..n)
+            .filter(|_| ((rng.next_u64() >> 11) as f64) * (1.0 / (1u64 << 53) as f64) < p)
+            .count() as u64
+    } else {
+        Binomial::new(n, p).expect("0 ≤ p ≤ 1").sample(rng)
+    }
 }
 
 #[cfg(test)]
@@ -1096,18 +1332,18 @@ mod tests {
         }
         let pmf: Vec<([u64; 4], f64)> = exact.into_iter().collect();
         let reps = 60_000u64;
-        for floyd_max in [0u64, FLOYD_MAX] {
+        for (floyd_max, block) in [(0u64, 1usize), (FLOYD_MAX, 2), (FLOYD_MAX, BLOCK_ITEMS)] {
             let mut observed = HashMap::new();
             for seed in 0..reps {
                 let c = m
-                    .simulate_with(&key_from_u64(seed), &true_counts, floyd_max)
+                    .simulate_with(&key_from_u64(seed), &true_counts, floyd_max, block)
                     .unwrap();
                 *observed.entry([c[0], c[1], c[2], c[3]]).or_insert(0) += 1;
             }
             let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
             assert!(
                 chi2 < chi2_critical(df),
-                "simulate (floyd_max {floyd_max}): {chi2} df {df}"
+                "simulate (floyd_max {floyd_max}, block {block}): {chi2} df {df}"
             );
         }
         // privatize + aggregate: consecutive triples of users are independent runs.
@@ -1139,17 +1375,22 @@ mod tests {
             .map(|s| privatize_counts(&m, s, &values))
             .collect();
         assert_moments_match("privatize", &privatized, &mean, &cov);
-        for floyd_max in [0u64, FLOYD_MAX] {
+        for (floyd_max, block) in [(0u64, 1usize), (FLOYD_MAX, 2), (FLOYD_MAX, BLOCK_ITEMS)] {
             let simulated: Vec<Vec<u64>> = (0..reps)
                 .map(|s| {
-                    m.simulate_with(&key_from_u64(s), &true_counts, floyd_max)
+                    m.simulate_with(&key_from_u64(s), &true_counts, floyd_max, block)
                         .unwrap()
                 })
                 .collect();
             for c in &simulated {
                 assert_eq!(c.iter().sum::<u64>(), n * m.subset_size());
             }
-            assert_moments_match(&format!("simulate ({floyd_max})"), &simulated, &mean, &cov);
+            assert_moments_match(
+                &format!("simulate ({floyd_max}, {block})"),
+                &simulated,
+                &mean,
+                &cov,
+            );
         }
     }
 
@@ -1243,6 +1484,147 @@ mod tests {
             "variance ratio {}",
             ratio_sum / kf
         );
+    }
+
+    #[test]
+    fn the_mixture_of_pure_in_and_value_free_users_is_the_channel() {
+        // t·(x plus a uniform (d−1)-subset of the rest) + (1 − t)·(a uniform d-subset of
+        // [k]) has the channel's row, for every x, with t the exact rational of the float ρ.
+        for k in [2u64, 3, 5, 7] {
+            for eps in EPSILONS {
+                for d in 1..k {
+                    let m = SubsetSelection::with_subset_size(k, eps, d).unwrap();
+                    let t = m.pure_in_fraction();
+                    let (mantissa, exponent) = dyadic(m.rho);
+                    assert_eq!(mantissa as f64 / 2f64.powi(exponent as i32), m.rho);
+                    assert_eq!(
+                        t.num + ((d as u128) << exponent),
+                        (mantissa as u128 * k as u128)
+                    );
+                    assert_eq!(t.den, ((k - d) as u128) << exponent);
+                    let tv = t.num as f64 / t.den as f64;
+                    assert!(tv > 0.0 && tv < 1.0);
+                    let (with_x, _) = m.subset_probabilities();
+                    let pure = with_x / m.rho; // 1/C(k−1, d−1)
+                    let free = 1.0 / binomial_coefficient(k, d);
+                    let mut row = vec![0.0; 1 << k];
+                    for x in 0..k {
+                        m.channel_row(x, &mut row);
+                        for (o, &q) in row.iter().enumerate() {
+                            let size = (o as u64).count_ones() as u64;
+                            let mixture = if size != d {
+                                0.0
+                            } else if (o >> x) & 1 == 1 {
+                                tv * pure + (1.0 - tv) * free
+                            } else {
+                                (1.0 - tv) * free
+                            };
+                            assert!(
+                                (mixture - q).abs() <= 1e-14 * q.max(1e-300),
+                                "k {k} eps {eps} d {d} x {x} o {o}: {mixture} vs {q}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pure_in_counts_are_binomial_on_both_paths() {
+        let m = SubsetSelection::with_subset_size(9, 0.8, 3).unwrap();
+        let t = m.pure_in_fraction();
+        let p = t.num as f64 / t.den as f64;
+        for (i, n) in [1u64, SMALL_BINOMIAL, 40].into_iter().enumerate() {
+            let mut rng = stream(&key_from_u64(21), i as u64);
+            let reps = 40_000u64;
+            let mut observed = HashMap::new();
+            for _ in 0..reps {
+                *observed.entry(t.count(&mut rng, n)).or_insert(0) += 1;
+            }
+            let pmf: Vec<(u64, f64)> = (0..=n)
+                .map(|j| {
+                    let c = binomial_coefficient(n, j);
+                    (j, c * p.powi(j as i32) * (1.0 - p).powi((n - j) as i32))
+                })
+                .collect();
+            let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
+            assert!(chi2 < chi2_critical(df.max(1)), "n {n}: {chi2} df {df}");
+        }
+    }
+
+    #[test]
+    fn block_split_is_multinomial_over_the_hypergeometric_law() {
+        // c users with r picks left among M items: their picks among the next L items.
+        for (population, draws, marked, c) in [(12u64, 5u64, 4u64, 3u64), (30, 7, 20, 2)] {
+            let pmf_one = hypergeometric_pmf(population, marked, draws);
+            let lo = pmf_one[0].0;
+            let cells = pmf_one.len();
+            // The law of the histogram of c users over the outcomes, by enumeration.
+            let mut exact: HashMap<Vec<u64>, f64> = HashMap::new();
+            for users in 0..cells.pow(c as u32) {
+                let (mut h, mut p, mut u) = (vec![0u64; cells], 1.0, users);
+                for _ in 0..c {
+                    h[u % cells] += 1;
+                    p *= pmf_one[u % cells].1;
+                    u /= cells;
+                }
+                *exact.entry(h).or_insert(0.0) += p;
+            }
+            let pmf: Vec<(Vec<u64>, f64)> = exact.into_iter().collect();
+            let mut weights = Weights::default();
+            weights.hypergeometric(population, draws, marked);
+            let mut rng = stream(&key_from_u64(population), c);
+            let reps = 40_000u64;
+            let mut observed = HashMap::new();
+            for _ in 0..reps {
+                let mut h = vec![0u64; cells];
+                weights.split(&mut rng, c, |j, n| h[(j - lo) as usize] += n);
+                assert_eq!(h.iter().sum::<u64>(), c);
+                *observed.entry(h).or_insert(0) += 1;
+            }
+            let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
+            assert!(
+                chi2 < chi2_critical(df.max(1)),
+                "{population}: {chi2} df {df}"
+            );
+        }
+        // Many users: the multinomial's means and variances per outcome.
+        let (population, draws, marked, c) = (10_000u64, 256u64, 3775u64, 100_000u64);
+        let pmf_one = hypergeometric_pmf(population, marked, draws);
+        let mut weights = Weights::default();
+        weights.hypergeometric(population, draws, marked);
+        let reps = 400;
+        let mut rng = stream(&key_from_u64(5), 0);
+        let mut sums = vec![0.0f64; draws as usize + 1];
+        for _ in 0..reps {
+            weights.split(&mut rng, c, |j, n| sums[j as usize] += n as f64);
+        }
+        for &(j, p) in &pmf_one {
+            let mean = c as f64 * p;
+            let se = (mean * (1.0 - p) / reps as f64).sqrt();
+            let got = sums[j as usize] / reps as f64;
+            assert!(
+                (got - mean).abs() < 5.0 * se + 1e-9,
+                "outcome {j}: {got} vs {mean}"
+            );
+        }
+    }
+
+    #[test]
+    fn simulate_does_not_depend_on_the_thread_count() {
+        let k = 3000u64;
+        let m = SubsetSelection::new(k, 0.5).unwrap();
+        let true_counts: Vec<u64> = (0..k).map(|x| if x % 97 == 5 { 4000 } else { 0 }).collect();
+        let key = key_from_u64(77);
+        let one = crate::parallel::in_pool(1, || m.simulate(&key, &true_counts).unwrap());
+        let n: u64 = true_counts.iter().sum();
+        assert_eq!(one.iter().sum::<u64>(), n * m.subset_size());
+        for threads in [2, 3] {
+            let many =
+                crate::parallel::in_pool(threads, || m.simulate(&key, &true_counts).unwrap());
+            assert_eq!(one, many, "{threads} threads");
+        }
     }
 
     #[test]
