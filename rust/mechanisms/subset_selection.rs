@@ -34,36 +34,73 @@
 //! each x with exactly the joint law of privatizing them one by one (the counts are *not*
 //! independent: every report has d ones), in `O(k · #states)` work instead of `O(n d)`:
 //!
-//! 1. Split every value group into "in" users (`x ∈ S`, `Binomial(n_x, ρ)`) and "out" users.
-//!    An in user still has `r = d − 1` items to pick among `[k]∖{x}`, an out user `r = d`.
-//! 2. Scan the items `i = 0, …, k−1`. Choosing an `r`-subset of an ordered set item by item,
-//!    the next item is taken with probability `r/M` (`M` = items left to choose from), and
-//!    then `r` drops by one. A user is *pending* while its own value is ahead (`x ≥ i`;
-//!    `M = k − i − 1`, its own value excluded) and *done* once it has passed (`M = k − i`).
-//!    Users are kept only as counts per state: pending-in by r, pending-out by r, done by r.
-//! 3. At item i, the users holding i leave the pending pools. A pending user's history does
-//!    not depend on which value ≥ i it holds, so the `n_i^in` in users holding i are a
-//!    uniformly random subset of the pending-in users (likewise for out): their split over
-//!    the r-states is multivariate hypergeometric. They report item i iff they are in users,
-//!    and join the done pool after this item.
-//! 4. Every other user takes item i with probability `r/M`: for `N` users in a state,
-//!    `Binomial(N, r/M)` of them do, and move to `r − 1`. `c_i` = the in users holding i +
-//!    these binomials.
+//! 1. Mixture: the report of a user holding x is, with probability
+//!    `t = (ρk − d)/(k − d)`, a *pure in* report (x plus `d − 1` uniform items of
+//!    `[k]∖{x}`), and otherwise a uniform d-subset of `[k]`, which does not depend on x
+//!    (*value-free*). Check: for `x ∈ S`, `t/C(k−1, d−1) + (1 − t)/C(k, d) =
+//!    (t + (1 − t)d/k)/C(k−1, d−1) = ρ/C(k−1, d−1)`; for `x ∉ S`, `(1 − t)/C(k, d) =
+//!    (1 − t)(k − d)/k · 1/C(k−1, d) = (1 − ρ)/C(k−1, d)`. `t ∈ (0, 1)` because the realized
+//!    ε is positive (ρ > d/k). With the float ρ = m/2^e, t is the rational
+//!    `(mk − d·2^e)/((k − d)2^e)` (below 2^118: k ≤ 2^32 and e ≤ 86), drawn exactly one
+//!    user at a time for ≤ 8 users, else by `rand_distr`'s binomial with the nearest double.
+//!    At ε = 0.5, k = 10^4, t ≈ 0.2: four users in five are value-free.
+//! 2. Scan: choosing an `r`-subset of an ordered set item by item, the next item is taken
+//!    with probability `r/M` (`M` = items left to choose from), and then `r` drops by one.
+//!    Any fixed order of the items will do; the items holding pure in users come first. A
+//!    pure in user is *pending* while its own value is ahead (`M` = items left − 1, its own
+//!    value excluded); value-free users, and pure in users whose value has passed, have
+//!    `M` = items left: one *free* pool. Users are kept only as counts per r-state.
+//! 3. At item x, the pure in users holding x leave the pending pool. A pending user's
+//!    history does not depend on which value ahead it holds, so they are a uniformly random
+//!    subset of the pending pool: their split over the r-states is multivariate
+//!    hypergeometric. They report x and join the free pool after this item.
+//! 4. Every other user takes item x with probability r/M: for `N` users in a state,
+//!    `Binomial(N, r/M)` of them do, and move to `r − 1`. `c_x` = the pure in users holding x
+//!    + these binomials.
+//! 5. Blocks: once the pending pool is empty (after the items holding pure in users), the
+//!    remaining items are cut into blocks of `BLOCK_ITEMS` = 256 (in scan order). Block by
+//!    block, a user with r picks left among M items has `Hypergeometric(M, L, r)` of them in
+//!    the next L items; per r-state the split of its users over these outcomes is
+//!    multinomial, drawn as a chain of conditional binomials from the mode outwards (it stops
+//!    once every user is placed). Given how many picks each user has in a block, those picks
+//!    are a uniform subset of the block's items, so each block is an independent scan (step
+//!    4, one pool of at most 257 states), run in parallel.
 //!
-//! The r-states in use spread like a random walk (a few hundred for k = 10^4, d ≈ 3800), so
-//! the scan costs `O(k × #states)` binomial draws (measured: 0.4 s for k = 10^4, n = 10^6,
-//! ε = 0.5; 3 s with n = 10^9; 10 s for k = 10^5, n = 10^6, where BTPE sampling dominates).
-//! One ChaCha stream, `stream(key, 0)`, drives the whole (inherently sequential) scan, so a
-//! seeded result is reproducible; it is a different draw from `privatize` on the same seed.
-//! Binomial variates come from `rand_distr` (BTPE / inversion) except for counts ≤ 8, which
-//! are drawn one Bernoulli at a time with exact integer samplers. A multivariate
-//! hypergeometric split draws a uniform random set of positions (Floyd) when it moves (or
-//! leaves) at most 4096 users; larger ones first chain univariate hypergeometric variates
-//! over the states, largest first (`rand_distr`'s H2PE when the mode is ≥ 16, else an exact
-//! one-marked-item-at-a-time draw), until the rest is small enough for Floyd. The law is
-//! exact up to the floating-point arithmetic inside `rand_distr`'s rejection / inversion
-//! samplers; that arithmetic limits one simulation to 2^40 users (`MAX_HYPERGEOMETRIC_USERS`;
-//! more users: simulate them in parts, whose aggregates add up).
+//! Cost model (k = 10^4, ε = 0.5, d = 3775, n = 10^6): the r-states in use spread like a
+//! random walk, ±5 standard deviations of `Hypergeometric(k, i, d)` — about 190 states on
+//! average over the scan. One scan of a pool costs `k × #states` binomial draws (1.9·10^6
+//! draws, ≈ 60 ns each, mostly `rand_distr`'s BTPE: 0.11–0.13 s measured on an idle core);
+//! the old three pools (pending in, pending out, done) cost that two to three times over
+//! unless the values were few and early. The mixture (step 1) leaves one pending pool of
+//! pure in users, and the scan order (step 2) limits it to the occupied items (10 for
+//! `unif:10`), so the cost is one pool. Step 5 replaces the per-item draws of the 190 wide
+//! states by one multinomial per state and block (≈ 40 outcomes drawn per state at
+//! L = 256) plus a scan of narrow states (picks within a block: ≈ 50 states): about
+//! `(k/L)·190·40 + k·50 ≈ 8·10^5` draws, 2× fewer, and the block scans (2/3 of them)
+//! parallel. Measured per call (same run, interleaved, loaded 2-core machine) in the
+//! report of this change; a dense distribution (every value held) keeps the pending pool
+//! to the end and costs two scans. One simulation is bounded below by the draws: an exact
+//! sampler must at least resolve every user's state at the ±5σ resolution, and no closed
+//! form for the joint law of the count vector of N uniform d-subsets is known to us.
+//!
+//! Streams: the mixture, the pending phase and the block split use `stream(key, 0)`; block
+//! b's scan uses `stream(key, 1 + b)`. Block boundaries depend only on k and the data, so a
+//! seeded result does not depend on the thread count; it is a different draw from
+//! `privatize` on the same seed (and from this module's simulation before the mixture and
+//! the blocks). Binomial variates come from `rand_distr` (BTPE / inversion) except for counts
+//! ≤ 8, which are drawn one Bernoulli at a time (exact integer samplers for `r/M` and `t`, a
+//! uniform 53-bit double against the conditional probability in the block split). A
+//! multivariate hypergeometric split draws a uniform random set of positions (Floyd) when it
+//! moves (or leaves) at most 4096 users; larger ones first chain univariate hypergeometric
+//! variates over the states, largest first (`rand_distr`'s H2PE when the mode is ≥ 16, else
+//! an exact one-marked-item-at-a-time draw), until the rest is small enough for Floyd. The
+//! law is exact up to double-precision arithmetic: `rand_distr`'s rejection / inversion
+//! samplers, the rounding of `r/M` and t to doubles, and, in the block split, the
+//! hypergeometric weights (a product of ratios from the mode, relative error ~10^-14) with
+//! the outcomes whose weight is below 10^-30 of the mode's left out (their total
+//! probability is below 10^-27, far under the resolution of the doubles that carry the
+//! rest). That arithmetic limits one simulation to 2^40 users
+//! (`MAX_HYPERGEOMETRIC_USERS`; more users: simulate them in parts, whose aggregates add up).
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism, SymmetricEstimator};
