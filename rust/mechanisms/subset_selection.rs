@@ -76,10 +76,12 @@
 //! `unif:10`), so the cost is one pool. Step 5 replaces the per-item draws of the 190 wide
 //! states by one multinomial per state and block (≈ 40 outcomes drawn per state at
 //! L = 256) plus a scan of narrow states (picks within a block: ≈ 50 states): about
-//! `(k/L)·190·40 + k·50 ≈ 8·10^5` draws, 2× fewer, and the block scans (2/3 of them)
-//! parallel. Measured per call (same run, interleaved, loaded 2-core machine) in the
-//! report of this change; a dense distribution (every value held) keeps the pending pool
-//! to the end and costs two scans. One simulation is bounded below by the draws: an exact
+//! `(k/L)·190·40 + k·50 ≈ 8·10^5` draws (an estimate), and the block scans parallel.
+//! Measured per call, n = 10^6 (`cargo bench --bench mechanisms -- ss/simulate`, old and new
+//! interleaved on a loaded 2-core machine): geometric(0.8) 182–212 → 134–138 ms, 10 values
+//! 531–579 → 136–142 ms, 25 values 535–574 → 142–158 ms, all k values 586–667 → 465–510 ms;
+//! on one thread, block splitting alone took unif:10 from 247 to 125–134 ms. A dense
+//! distribution (every value held) keeps the pending pool to the end and costs two scans. One simulation is bounded below by the draws: an exact
 //! sampler must at least resolve every user's state at the ±5σ resolution, and no closed
 //! form for the joint law of the count vector of N uniform d-subsets is known to us.
 //!
