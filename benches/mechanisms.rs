@@ -17,6 +17,7 @@ use ldpdist::mechanisms::high_low_hadamard::HighLowHadamardResponse;
 use ldpdist::mechanisms::one_bit_hadamard::OneBitHadamardResponse;
 use ldpdist::mechanisms::public_coin_hashing::{PublicCoinHashing, Users};
 use ldpdist::mechanisms::randomized_response::RandomizedResponse;
+use ldpdist::mechanisms::subset_selection::SubsetSelection;
 use ldpdist::mechanisms::two_stage_rappor::{Stages, TwoStageRappor};
 use ldpdist::mechanisms::unary_encoding::{BernoulliLanes, OptimizedUnaryEncoding, Rappor};
 use ldpdist::mechanisms::{
@@ -602,11 +603,63 @@ fn bench_structured_compressive(c: &mut Criterion) {
     group.finish();
 }
 
+/// Subset Selection at k = 10^4: the exact `simulate` of 10^6 users for the distributions of
+/// the cp-figure2 preset (ε = 0.5, d = 3775; geometric, and uniform over 10 or 25 values at
+/// spread positions) and over all of [k]; `privatize` at ε = 1 (d = 2690), 10^5 users.
+fn bench_subset_selection(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ss");
+    let n = 1_000_000u64;
+    let ss = SubsetSelection::new(K, 0.5).unwrap();
+    let spread = |s: u64| -> Vec<u64> {
+        let mut t = vec![0u64; K as usize];
+        for j in 0..s {
+            t[((j * 7919 + 13) % K) as usize] += n / s + u64::from(j < n % s);
+        }
+        t
+    };
+    let mut geometric = vec![0u64; K as usize];
+    let (mut left, mut p) = (n, 0.2);
+    for t in geometric.iter_mut() {
+        let c = ((left as f64) * p).round() as u64;
+        *t = c.min(left);
+        left -= *t;
+        p = 0.2;
+        if left == 0 {
+            break;
+        }
+    }
+    geometric[0] += left;
+    let cases = [
+        ("geo0.8", geometric),
+        ("unif10", spread(10)),
+        ("unif25", spread(25)),
+        ("uniform", spread(K)),
+    ];
+    group.throughput(Throughput::Elements(n));
+    for (name, true_counts) in &cases {
+        group.bench_function(format!("simulate/k10000_eps0.5_n1e6_{name}"), |b| {
+            b.iter(|| {
+                ss.simulate(&key_from_u64(8), black_box(true_counts))
+                    .unwrap()
+            })
+        });
+    }
+    let users = 100_000usize;
+    let xs = values(users);
+    let ss1 = SubsetSelection::new(K, 1.0).unwrap();
+    let mut rows = vec![0u8; users * row_bytes(K)];
+    group.throughput(Throughput::Elements(users as u64));
+    group.bench_function("privatize/ss/k10000_eps1", |b| {
+        b.iter(|| privatize_bits(&ss1, &key_from_u64(2), black_box(&xs), &mut rows).unwrap())
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(20);
     targets = bench_privatize, bench_server, bench_two_stage_rappor, bench_one_bit_hadamard,
         bench_public_coin_hashing, bench_block_hadamard, bench_high_low_hadamard, bench_linear,
-        bench_adaptive_linear_queries, bench_structured_compressive
+        bench_adaptive_linear_queries, bench_structured_compressive, bench_subset_selection
 }
 criterion_main!(benches);

@@ -34,36 +34,75 @@
 //! each x with exactly the joint law of privatizing them one by one (the counts are *not*
 //! independent: every report has d ones), in `O(k · #states)` work instead of `O(n d)`:
 //!
-//! 1. Split every value group into "in" users (`x ∈ S`, `Binomial(n_x, ρ)`) and "out" users.
-//!    An in user still has `r = d − 1` items to pick among `[k]∖{x}`, an out user `r = d`.
-//! 2. Scan the items `i = 0, …, k−1`. Choosing an `r`-subset of an ordered set item by item,
-//!    the next item is taken with probability `r/M` (`M` = items left to choose from), and
-//!    then `r` drops by one. A user is *pending* while its own value is ahead (`x ≥ i`;
-//!    `M = k − i − 1`, its own value excluded) and *done* once it has passed (`M = k − i`).
-//!    Users are kept only as counts per state: pending-in by r, pending-out by r, done by r.
-//! 3. At item i, the users holding i leave the pending pools. A pending user's history does
-//!    not depend on which value ≥ i it holds, so the `n_i^in` in users holding i are a
-//!    uniformly random subset of the pending-in users (likewise for out): their split over
-//!    the r-states is multivariate hypergeometric. They report item i iff they are in users,
-//!    and join the done pool after this item.
-//! 4. Every other user takes item i with probability `r/M`: for `N` users in a state,
-//!    `Binomial(N, r/M)` of them do, and move to `r − 1`. `c_i` = the in users holding i +
-//!    these binomials.
+//! 1. Mixture: the report of a user holding x is, with probability
+//!    `t = (ρk − d)/(k − d)`, a *pure in* report (x plus `d − 1` uniform items of
+//!    `[k]∖{x}`), and otherwise a uniform d-subset of `[k]`, which does not depend on x
+//!    (*value-free*). Check: for `x ∈ S`, `t/C(k−1, d−1) + (1 − t)/C(k, d) =
+//!    (t + (1 − t)d/k)/C(k−1, d−1) = ρ/C(k−1, d−1)`; for `x ∉ S`, `(1 − t)/C(k, d) =
+//!    (1 − t)(k − d)/k · 1/C(k−1, d) = (1 − ρ)/C(k−1, d)`. `t ∈ (0, 1)` because the realized
+//!    ε is positive (ρ > d/k). With the float ρ = m/2^e, t is the rational
+//!    `(mk − d·2^e)/((k − d)2^e)` (below 2^118: k ≤ 2^32 and e ≤ 86), drawn exactly one
+//!    user at a time for ≤ 8 users, else by `rand_distr`'s binomial with the nearest double.
+//!    At ε = 0.5, k = 10^4, t ≈ 0.2: four users in five are value-free.
+//! 2. Scan: choosing an `r`-subset of an ordered set item by item, the next item is taken
+//!    with probability `r/M` (`M` = items left to choose from), and then `r` drops by one.
+//!    Any fixed order of the items will do; the items holding pure in users come first. A
+//!    pure in user is *pending* while its own value is ahead (`M` = items left − 1, its own
+//!    value excluded); value-free users, and pure in users whose value has passed, have
+//!    `M` = items left: one *free* pool. Users are kept only as counts per r-state.
+//! 3. At item x, the pure in users holding x leave the pending pool. A pending user's
+//!    history does not depend on which value ahead it holds, so they are a uniformly random
+//!    subset of the pending pool: their split over the r-states is multivariate
+//!    hypergeometric. They report x and join the free pool after this item.
+//! 4. Every other user takes item x with probability r/M: for `N` users in a state,
+//!    `Binomial(N, r/M)` of them do, and move to `r − 1`. `c_x` = the pure in users holding x
+//!    + these binomials.
+//! 5. Blocks: once the pending pool is empty (after the items holding pure in users), the
+//!    remaining items are cut into blocks of `BLOCK_ITEMS` = 256 (in scan order). Block by
+//!    block, a user with r picks left among M items has `Hypergeometric(M, L, r)` of them in
+//!    the next L items; per r-state the split of its users over these outcomes is
+//!    multinomial, drawn as a chain of conditional binomials from the mode outwards (it stops
+//!    once every user is placed). Given how many picks each user has in a block, those picks
+//!    are a uniform subset of the block's items, so each block is an independent scan (step
+//!    4, one pool of at most 257 states), run in parallel.
 //!
-//! The r-states in use spread like a random walk (a few hundred for k = 10^4, d ≈ 3800), so
-//! the scan costs `O(k × #states)` binomial draws (measured: 0.4 s for k = 10^4, n = 10^6,
-//! ε = 0.5; 3 s with n = 10^9; 10 s for k = 10^5, n = 10^6, where BTPE sampling dominates).
-//! One ChaCha stream, `stream(key, 0)`, drives the whole (inherently sequential) scan, so a
-//! seeded result is reproducible; it is a different draw from `privatize` on the same seed.
-//! Binomial variates come from `rand_distr` (BTPE / inversion) except for counts ≤ 8, which
-//! are drawn one Bernoulli at a time with exact integer samplers. A multivariate
-//! hypergeometric split draws a uniform random set of positions (Floyd) when it moves (or
-//! leaves) at most 4096 users; larger ones first chain univariate hypergeometric variates
-//! over the states, largest first (`rand_distr`'s H2PE when the mode is ≥ 16, else an exact
-//! one-marked-item-at-a-time draw), until the rest is small enough for Floyd. The law is
-//! exact up to the floating-point arithmetic inside `rand_distr`'s rejection / inversion
-//! samplers; that arithmetic limits one simulation to 2^40 users (`MAX_HYPERGEOMETRIC_USERS`;
-//! more users: simulate them in parts, whose aggregates add up).
+//! Cost model (k = 10^4, ε = 0.5, d = 3775, n = 10^6): the r-states in use spread like a
+//! random walk, ±5 standard deviations of `Hypergeometric(k, i, d)` — about 190 states on
+//! average over the scan. One scan of a pool costs `k × #states` binomial draws (1.9·10^6
+//! draws, ≈ 60 ns each, mostly `rand_distr`'s BTPE: 0.11–0.13 s measured on an idle core);
+//! the old three pools (pending in, pending out, done) cost that two to three times over
+//! unless the values were few and early. The mixture (step 1) leaves one pending pool of
+//! pure in users, and the scan order (step 2) limits it to the occupied items (10 for
+//! `unif:10`), so the cost is one pool. Step 5 replaces the per-item draws of the 190 wide
+//! states by one multinomial per state and block (≈ 40 outcomes drawn per state at
+//! L = 256) plus a scan of narrow states (picks within a block: ≈ 50 states): about
+//! `(k/L)·190·40 + k·50 ≈ 8·10^5` draws (an estimate), and the block scans parallel.
+//! Measured per call, n = 10^6 (`cargo bench --bench mechanisms -- ss/simulate`, old and new
+//! interleaved on a loaded 2-core machine): geometric(0.8) 182–212 → 134–138 ms, 10 values
+//! 531–579 → 136–142 ms, 25 values 535–574 → 142–158 ms, all k values 586–667 → 465–510 ms;
+//! on one thread, block splitting alone took unif:10 from 247 to 125–134 ms. A dense
+//! distribution (every value held) keeps the pending pool to the end and costs two scans. One simulation is bounded below by the draws: an exact
+//! sampler must at least resolve every user's state at the ±5σ resolution, and no closed
+//! form for the joint law of the count vector of N uniform d-subsets is known to us.
+//!
+//! Streams: the mixture, the pending phase and the block split use `stream(key, 0)`; block
+//! b's scan uses `stream(key, 1 + b)`. Block boundaries depend only on k and the data, so a
+//! seeded result does not depend on the thread count; it is a different draw from
+//! `privatize` on the same seed (and from this module's simulation before the mixture and
+//! the blocks). Binomial variates come from `rand_distr` (BTPE / inversion) except for counts
+//! ≤ 8, which are drawn one Bernoulli at a time (exact integer samplers for `r/M` and `t`, a
+//! uniform 53-bit double against the conditional probability in the block split). A
+//! multivariate hypergeometric split draws a uniform random set of positions (Floyd) when it
+//! moves (or leaves) at most 4096 users; larger ones first chain univariate hypergeometric
+//! variates over the states, largest first (`rand_distr`'s H2PE when the mode is ≥ 16, else
+//! an exact one-marked-item-at-a-time draw), until the rest is small enough for Floyd. The
+//! law is exact up to double-precision arithmetic: `rand_distr`'s rejection / inversion
+//! samplers, the rounding of `r/M` and t to doubles, and, in the block split, the
+//! hypergeometric weights (a product of ratios from the mode, relative error ~10^-14) with
+//! the outcomes whose weight is below 10^-30 of the mode's left out (their total
+//! probability is below 10^-27, far under the resolution of the doubles that carry the
+//! rest). That arithmetic limits one simulation to 2^40 users
+//! (`MAX_HYPERGEOMETRIC_USERS`; more users: simulate them in parts, whose aggregates add up).
 
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::{check_domain, check_epsilon, get_bit, set_bit, BitMechanism, SymmetricEstimator};
@@ -71,6 +110,7 @@ use crate::error::{Error, Result};
 use crate::rng::{
     hypergeometric, stream, uniform_below, uniform_below_u64, BernoulliThreshold, Key, StreamRng,
 };
+use rand_core::Rng;
 use rand_distr::{Binomial, Distribution};
 use std::collections::HashSet;
 
@@ -174,17 +214,29 @@ impl SubsetSelection {
 
     /// The buffers of a server-side operation (`mechanisms::Estimator::footprint`).
     ///
-    /// A simulation holds two arrays of k counts (the in users per value, the result) and,
-    /// per r-state (d + 1 of them), three pools, the states being split and the two splits,
-    /// plus Floyd's set of at most `FLOYD_MAX` positions.
+    /// A simulation holds two arrays of k counts (the pure in users per value, the result);
+    /// per r-state (d + 1 of them) the two pools and the next states of the block split, the
+    /// states being split and the two splits; Floyd's set of at most `FLOYD_MAX` positions;
+    /// for the free phase its items (u32) and counts, the blocks' histograms of picks, and per
+    /// thread one block's pool and the weights of a split.
     pub fn footprint(&self, op: super::Operation) -> crate::memory::Footprint {
         let f = super::vector_footprint("SubsetSelection", op, self.k, self.k);
         match op {
-            super::Operation::Simulate { .. } => f
-                .add("in users per value", self.k, 8)
-                .add("pools of r-states", 3 * (self.d + 1), 8)
-                .add("splits of r-states", 3 * (self.d + 1), 16)
-                .add("Floyd positions", FLOYD_MAX, 48),
+            super::Operation::Simulate { .. } => {
+                let blocks = self.k.div_ceil(BLOCK_ITEMS as u64);
+                let threads = rayon::current_num_threads() as u64;
+                f.add("pure in users per value", self.k, 8)
+                    .add("pools of r-states", 3 * (self.d + 1), 8)
+                    .add("splits of r-states", 3 * (self.d + 1), 16)
+                    .add("Floyd positions", FLOYD_MAX, 48)
+                    .add("free-phase items and counts", self.k, 12)
+                    .add("block histograms", blocks * (BLOCK_ITEMS as u64 + 1), 8)
+                    .add(
+                        "block pools and split weights",
+                        (threads + 1) * 6 * (BLOCK_ITEMS as u64 + 1),
+                        8,
+                    )
+            }
             _ => f,
         }
     }
@@ -241,12 +293,18 @@ impl SubsetSelection {
     /// Per-bit counts of privatizing `true_counts[x]` users holding each value x (see the
     /// module documentation: exact joint law, `O(k × #states)` work).
     pub fn simulate(&self, key: &Key, true_counts: &[u64]) -> Result<Vec<u64>> {
-        self.simulate_with(key, true_counts, FLOYD_MAX)
+        self.simulate_with(key, true_counts, FLOYD_MAX, BLOCK_ITEMS)
     }
 
     /// [`simulate`](Self::simulate) with the threshold between the two hypergeometric
     /// split methods as a parameter (tests force each method with it).
-    fn simulate_with(&self, key: &Key, true_counts: &[u64], floyd_max: u64) -> Result<Vec<u64>> {
+    fn simulate_with(
+        &self,
+        key: &Key,
+        true_counts: &[u64],
+        floyd_max: u64,
+        block: usize,
+    ) -> Result<Vec<u64>> {
         if true_counts.len() as u64 != self.k {
             return Err(Error::Value(format!(
                 "true_counts must have length k = {}, got {}",
@@ -259,55 +317,125 @@ impl SubsetSelection {
         self.footprint(super::Operation::Simulate { users: 0 })
             .check()?;
         let mut rng = stream(key, 0);
-        // 1. In users per value.
-        let mut inside = crate::memory::allocate_zeroed::<u64>(k, "in users per value")?;
-        for (chunk, counts) in inside
+        // 1. Pure in users per value (the rest are value-free).
+        let pure_in = self.pure_in_fraction();
+        let mut pure = crate::memory::allocate_zeroed::<u64>(k, "pure in users per value")?;
+        for (chunk, counts) in pure
             .chunks_mut(SCAN_CHECK_ITEMS)
             .zip(true_counts.chunks(SCAN_CHECK_ITEMS))
         {
             crate::interrupt::check()?;
-            for (i, &n) in chunk.iter_mut().zip(counts) {
-                *i = self.count_inside(&mut rng, n);
+            for (p, &n) in chunk.iter_mut().zip(counts) {
+                *p = pure_in.count(&mut rng, n);
             }
         }
         let d = self.d as usize;
-        let mut pending_in = Pool::new(d);
-        let mut pending_out = Pool::new(d);
-        let mut done = Pool::new(d);
-        pending_in.add(d - 1, inside.iter().sum());
-        pending_out.add(d, true_counts.iter().zip(&inside).map(|(n, i)| n - i).sum());
+        let users: u64 = true_counts.iter().sum();
+        let pure_total: u64 = pure.iter().sum();
+        let mut pending = Pool::new(d);
+        let mut free = Pool::new(d);
+        pending.add(d - 1, pure_total);
+        free.add(d, users - pure_total);
         let mut counts = crate::memory::allocate_zeroed::<u64>(k, "the per-bit counts")?;
-        let (mut taken_in, mut taken_out) = (Vec::new(), Vec::new());
+        let mut taken = Vec::new();
         let mut scratch = Scratch::default();
-        for i in 0..k {
-            // Every item: an item moves users between d + 1 pool states (~0.3 ms at d = 3775).
+        // 2. The items holding pure in users first (any fixed order of the items is a valid
+        //    scan order): the pending pool empties after them.
+        let occupied = (0..k).filter(|&x| pure[x] > 0);
+        for (step, x) in occupied.enumerate() {
             crate::interrupt::check()?;
-            let left = (k - i) as u64; // items i..k−1
-            let (n_in, n_out) = (inside[i], true_counts[i] - inside[i]);
-            // 3. The users holding i leave the pending pools.
-            pending_in.take(&mut rng, n_in, &mut taken_in, &mut scratch, floyd_max);
-            pending_out.take(&mut rng, n_out, &mut taken_out, &mut scratch, floyd_max);
-            // 4. Everyone else takes item i with probability r/M.
-            let mut c = n_in;
-            c += pending_in.pick_item(&mut rng, left - 1);
-            c += pending_out.pick_item(&mut rng, left - 1);
-            c += done.pick_item(&mut rng, left);
-            for &(r, h) in taken_in.iter().chain(&taken_out) {
-                done.add(r, h);
+            let left = (k - step) as u64; // items not scanned yet, x included
+                                          // 3. The users holding x leave the pending pool.
+            pending.take(&mut rng, pure[x], &mut taken, &mut scratch, floyd_max);
+            // 4. Everyone else takes item x with probability r/M.
+            let c =
+                pure[x] + pending.pick_item(&mut rng, left - 1) + free.pick_item(&mut rng, left);
+            for &(r, h) in &taken {
+                free.add(r, h);
             }
-            counts[i] = c;
+            counts[x] = c;
         }
-        debug_assert!(pending_in.total == 0 && pending_out.total == 0);
-        debug_assert!(done.lo == done.hi || (done.lo == 0 && done.hi == 1));
+        debug_assert!(pending.total == 0);
+        // 5. The other items: only value-free users are left, split over blocks of items.
+        let rest: Vec<u32> = (0..k).filter(|&x| pure[x] == 0).map(|x| x as u32).collect();
+        let rest_counts = simulate_free_blocks(key, &mut rng, free, &rest, block)?;
+        for (&x, c) in rest.iter().zip(rest_counts) {
+            counts[x as usize] = c;
+        }
         Ok(counts)
     }
 
-    /// Binomial(n, ρ): how many of n users report their own value.
-    fn count_inside(&self, rng: &mut StreamRng, n: u64) -> u64 {
+    /// The probability `t = (ρk − d)/(k − d)` that a user is a *pure in* user in the mixture
+    /// decomposition of the channel (module documentation), as an exact rational of the float ρ.
+    fn pure_in_fraction(&self) -> Rational {
+        let (mantissa, exponent) = dyadic(self.rho);
+        let (k, d) = (self.k as u128, self.d as u128);
+        // ρ = mantissa/2^exponent with exponent ≤ 53 + 33 (ρ > d/k ≥ 2^-32): the numerator
+        // is below 2^85 and the denominator below 2^118.
+        let scale = 1u128 << exponent;
+        Rational::new(mantissa as u128 * k - d * scale, (k - d) * scale)
+    }
+}
+
+/// `(m, e)` with `x = m/2^e` exactly and m odd (or x = 0), for a finite `x ≥ 0`.
+fn dyadic(x: f64) -> (u64, u32) {
+    let bits = x.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as u32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mut m, mut e) = if biased == 0 {
+        (fraction, 1074)
+    } else {
+        (fraction | 1 << 52, 1075 - biased)
+    };
+    if m == 0 {
+        return (0, 0);
+    }
+    let zeros = m.trailing_zeros().min(e);
+    m >>= zeros;
+    e -= zeros;
+    (m, e)
+}
+
+/// A probability `num/den` (`0 ≤ num ≤ den`, `den ≥ 1`), drawn exactly one user at a time
+/// and through `rand_distr`'s binomial (with the nearest double) for many users.
+#[derive(Clone, Copy, Debug)]
+struct Rational {
+    num: u128,
+    den: u128,
+    value: f64,
+}
+
+impl Rational {
+    fn new(num: u128, den: u128) -> Self {
+        assert!(num <= den && den >= 1);
+        // Both conversions are correctly rounded; the quotient is within 1.5 ulp of num/den.
+        Self {
+            num,
+            den,
+            value: num as f64 / den as f64,
+        }
+    }
+
+    /// Bernoulli(num/den) exactly: a uniform integer below den by rejection on
+    /// `⌈log2 den⌉`-bit words (each accepted with probability > 1/2).
+    fn bernoulli(&self, rng: &mut StreamRng) -> bool {
+        let bits = 128 - (self.den - 1).leading_zeros().min(127);
+        loop {
+            let word = (rng.next_u64() as u128) << 64 | rng.next_u64() as u128;
+            let u = word >> (128 - bits);
+            if u < self.den {
+                return u < self.num;
+            }
+        }
+    }
+
+    /// Binomial(n, num/den): exact for `n ≤ SMALL_BINOMIAL`, else `rand_distr` with the
+    /// nearest double (the same standard as the scan's `Binomial(c, r/M)`).
+    fn count(&self, rng: &mut StreamRng, n: u64) -> u64 {
         if n <= SMALL_BINOMIAL {
-            (0..n).filter(|_| self.inside.sample(rng)).count() as u64
+            (0..n).filter(|_| self.bernoulli(rng)).count() as u64
         } else {
-            Binomial::new(n, self.rho).expect("0 < ρ < 1").sample(rng)
+            Binomial::new(n, self.value).expect("0 ≤ t ≤ 1").sample(rng)
         }
     }
 }
@@ -532,6 +660,225 @@ fn floyd_positions(rng: &mut StreamRng, n: u64, size: u64, scratch: &mut Scratch
     scratch.positions.clear();
     scratch.positions.extend(scratch.set.iter().copied());
     scratch.positions.sort_unstable();
+}
+
+/// Items per block of the free phase (part of the reproducibility contract: block b draws
+/// from `stream(key, 1 + b)`).
+const BLOCK_ITEMS: usize = 256;
+
+/// Relative weight below which a cell of a block split's hypergeometric law is left out
+/// (module documentation: far below the resolution of double precision).
+const NEGLIGIBLE_WEIGHT: f64 = 1e-30;
+
+/// The per-item counts of the value-free users of `free` over the items `rest` (in that
+/// order; the pool's states count items left = `rest.len()`).
+///
+/// Sequential split (stream `rng`): block b of `rest` (`block` items, the last one shorter)
+/// receives from each user with r picks left among M items `Hypergeometric(M, L_b, r)` of
+/// them; per state, the users' split over the outcomes is multinomial. Given its histogram
+/// of picks, each block is an independent scan (stream `1 + b`), in parallel.
+fn simulate_free_blocks(
+    key: &Key,
+    rng: &mut StreamRng,
+    mut free: Pool,
+    rest: &[u32],
+    block: usize,
+) -> Result<Vec<u64>> {
+    let n = rest.len();
+    let mut result = crate::memory::allocate_zeroed::<u64>(n, "the counts of the free phase")?;
+    if n == 0 {
+        return Ok(result);
+    }
+    let blocks = n.div_ceil(block);
+    let width = block + 1;
+    let mut histograms =
+        crate::memory::allocate_zeroed::<u64>(blocks * width, "block histograms of picks")?;
+    let mut next = vec![0u64; free.count.len()];
+    let mut weights = Weights::default();
+    for (b, histogram) in histograms.chunks_mut(width).enumerate() {
+        crate::interrupt::check()?;
+        let left = (n - b * block) as u64;
+        let size = block.min(n - b * block) as u64;
+        if size == left {
+            // The last block: every pick left falls in it.
+            for r in free.lo..free.hi {
+                histogram[r] += free.count[r];
+            }
+            break;
+        }
+        for r in free.lo..free.hi {
+            let c = free.count[r];
+            if c == 0 {
+                continue;
+            }
+            weights.hypergeometric(left, size, r as u64);
+            weights.split(rng, c, |j, h| {
+                histogram[j as usize] += h;
+                next[r - j as usize] += h;
+            });
+        }
+        std::mem::swap(&mut free.count, &mut next);
+        next[free.lo..free.hi].fill(0);
+        free.lo = 0;
+        free.hi = free.count.len();
+        free.trim();
+    }
+    let scan = |b: usize, out: &mut [u64]| -> Result<()> {
+        crate::interrupt::check()?;
+        let histogram = &histograms[b * width..(b + 1) * width];
+        let mut pool = Pool::new(block);
+        for (j, &c) in histogram.iter().enumerate() {
+            pool.add(j, c);
+        }
+        let mut rng = stream(key, 1 + b as u64);
+        let size = out.len() as u64;
+        for (t, c) in out.iter_mut().enumerate() {
+            *c = pool.pick_item(&mut rng, size - t as u64);
+        }
+        Ok(())
+    };
+    if blocks == 1 {
+        scan(0, &mut result)?;
+    } else {
+        use rayon::prelude::*;
+        result
+            .par_chunks_mut(block)
+            .enumerate()
+            .try_for_each(|(b, out)| scan(b, out))?;
+    }
+    Ok(result)
+}
+
+/// The weights of one hypergeometric law on the outcomes `lo..lo + w.len()` (relative to
+/// the mode, tails below `NEGLIGIBLE_WEIGHT` left out), with prefix and suffix sums (each
+/// accumulated from its outer end, so a tail's mass keeps its relative precision).
+#[derive(Default)]
+struct Weights {
+    lo: u64,
+    mode: usize,
+    w: Vec<f64>,
+    below: Vec<f64>,
+    prefix: Vec<f64>,
+    suffix: Vec<f64>,
+}
+
+impl Weights {
+    /// Hypergeometric(population, draws, marked): picks among `draws` items of a user with
+    /// `marked` picks left among `population` items.
+    fn hypergeometric(&mut self, population: u64, draws: u64, marked: u64) {
+        let (m, l, r) = (population as f64, draws as f64, marked as f64);
+        let lo = (marked + draws).saturating_sub(population);
+        let hi = marked.min(draws);
+        let mode = ((marked as u128 + 1) * (draws as u128 + 1) / (population as u128 + 2)) as u64;
+        let mode = mode.clamp(lo, hi);
+        // Down from the mode: P(j − 1)/P(j) = j(M − r − L + j)/((r − j + 1)(L − j + 1)).
+        self.below.clear();
+        let (mut j, mut v) = (mode, 1.0f64);
+        while j > lo {
+            let jf = j as f64;
+            v *= jf * (m - r - l + jf) / ((r - jf + 1.0) * (l - jf + 1.0));
+            if v < NEGLIGIBLE_WEIGHT {
+                break;
+            }
+            self.below.push(v);
+            j -= 1;
+        }
+        self.lo = j;
+        self.w.clear();
+        self.w.extend(self.below.iter().rev());
+        self.mode = self.w.len();
+        self.w.push(1.0);
+        // Up: P(j + 1)/P(j) = (r − j)(L − j)/((j + 1)(M − r − L + j + 1)).
+        let (mut j, mut v) = (mode, 1.0f64);
+        while j < hi {
+            let jf = j as f64;
+            v *= (r - jf) * (l - jf) / ((jf + 1.0) * (m - r - l + jf + 1.0));
+            if v < NEGLIGIBLE_WEIGHT {
+                break;
+            }
+            self.w.push(v);
+            j += 1;
+        }
+        let n = self.w.len();
+        self.prefix.clear();
+        let mut acc = 0.0;
+        for &v in &self.w {
+            acc += v;
+            self.prefix.push(acc);
+        }
+        self.suffix.clear();
+        self.suffix.resize(n, 0.0);
+        let mut acc = 0.0;
+        for i in (0..n).rev() {
+            acc += self.w[i];
+            self.suffix[i] = acc;
+        }
+    }
+
+    /// Split `c` users multinomially over the outcomes: `f(outcome, users)` for each outcome
+    /// that gets users. A chain of conditional binomials from the mode outwards (mode,
+    /// mode + 1, mode − 1, mode + 2, …), so that it stops as soon as every user is placed;
+    /// each conditional probability is the cell's weight over the mass not yet visited
+    /// (one prefix plus one suffix sum).
+    fn split(&self, rng: &mut StreamRng, c: u64, mut f: impl FnMut(u64, u64)) {
+        let n = self.w.len();
+        let (mut a, mut b) = (self.mode, self.mode); // visited: a..=b (none yet)
+        let mut left = c;
+        let mut first = true;
+        while left > 0 {
+            let (cell, rest_mass) = if first {
+                first = false;
+                (self.mode, self.mass_outside(self.mode, self.mode))
+            } else {
+                let up = b + 1 < n;
+                let down = a > 0;
+                // Alternate, preferring the side with more mass next.
+                let go_up = up && (!down || self.w[b + 1] >= self.w[a - 1]);
+                if go_up {
+                    b += 1;
+                    (b, self.mass_outside(a, b))
+                } else if down {
+                    a -= 1;
+                    (a, self.mass_outside(a, b))
+                } else {
+                    unreachable!("users left after every outcome")
+                }
+            };
+            let h = if rest_mass <= 0.0 {
+                left
+            } else {
+                let p = self.w[cell] / (self.w[cell] + rest_mass);
+                binomial_f64(rng, left, p)
+            };
+            if h > 0 {
+                f(self.lo + cell as u64, h);
+                left -= h;
+            }
+        }
+    }
+
+    /// The weight outside `a..=b`.
+    fn mass_outside(&self, a: usize, b: usize) -> f64 {
+        let below = if a > 0 { self.prefix[a - 1] } else { 0.0 };
+        let above = if b + 1 < self.w.len() {
+            self.suffix[b + 1]
+        } else {
+            0.0
+        };
+        below + above
+    }
+}
+
+/// Binomial(n, p) for a double p: one uniform double per user for `n ≤ SMALL_BINOMIAL`,
+/// else `rand_distr`.
+fn binomial_f64(rng: &mut StreamRng, n: u64, p: f64) -> u64 {
+    if n <= SMALL_BINOMIAL {
+        (0..n)
+            .filter(|_| ((rng.next_u64() >> 11) as f64) * (1.0 / (1u64 << 53) as f64) < p)
+            .count() as u64
+    } else {
+        Binomial::new(n, p).expect("0 ≤ p ≤ 1").sample(rng)
+    }
 }
 
 #[cfg(test)]
@@ -1024,18 +1371,18 @@ mod tests {
         }
         let pmf: Vec<([u64; 4], f64)> = exact.into_iter().collect();
         let reps = 60_000u64;
-        for floyd_max in [0u64, FLOYD_MAX] {
+        for (floyd_max, block) in [(0u64, 1usize), (FLOYD_MAX, 2), (FLOYD_MAX, BLOCK_ITEMS)] {
             let mut observed = HashMap::new();
             for seed in 0..reps {
                 let c = m
-                    .simulate_with(&key_from_u64(seed), &true_counts, floyd_max)
+                    .simulate_with(&key_from_u64(seed), &true_counts, floyd_max, block)
                     .unwrap();
                 *observed.entry([c[0], c[1], c[2], c[3]]).or_insert(0) += 1;
             }
             let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
             assert!(
                 chi2 < chi2_critical(df),
-                "simulate (floyd_max {floyd_max}): {chi2} df {df}"
+                "simulate (floyd_max {floyd_max}, block {block}): {chi2} df {df}"
             );
         }
         // privatize + aggregate: consecutive triples of users are independent runs.
@@ -1067,17 +1414,22 @@ mod tests {
             .map(|s| privatize_counts(&m, s, &values))
             .collect();
         assert_moments_match("privatize", &privatized, &mean, &cov);
-        for floyd_max in [0u64, FLOYD_MAX] {
+        for (floyd_max, block) in [(0u64, 1usize), (FLOYD_MAX, 2), (FLOYD_MAX, BLOCK_ITEMS)] {
             let simulated: Vec<Vec<u64>> = (0..reps)
                 .map(|s| {
-                    m.simulate_with(&key_from_u64(s), &true_counts, floyd_max)
+                    m.simulate_with(&key_from_u64(s), &true_counts, floyd_max, block)
                         .unwrap()
                 })
                 .collect();
             for c in &simulated {
                 assert_eq!(c.iter().sum::<u64>(), n * m.subset_size());
             }
-            assert_moments_match(&format!("simulate ({floyd_max})"), &simulated, &mean, &cov);
+            assert_moments_match(
+                &format!("simulate ({floyd_max}, {block})"),
+                &simulated,
+                &mean,
+                &cov,
+            );
         }
     }
 
@@ -1171,6 +1523,147 @@ mod tests {
             "variance ratio {}",
             ratio_sum / kf
         );
+    }
+
+    #[test]
+    fn the_mixture_of_pure_in_and_value_free_users_is_the_channel() {
+        // t·(x plus a uniform (d−1)-subset of the rest) + (1 − t)·(a uniform d-subset of
+        // [k]) has the channel's row, for every x, with t the exact rational of the float ρ.
+        for k in [2u64, 3, 5, 7] {
+            for eps in EPSILONS {
+                for d in 1..k {
+                    let m = SubsetSelection::with_subset_size(k, eps, d).unwrap();
+                    let t = m.pure_in_fraction();
+                    let (mantissa, exponent) = dyadic(m.rho);
+                    assert_eq!(mantissa as f64 / 2f64.powi(exponent as i32), m.rho);
+                    assert_eq!(
+                        t.num + ((d as u128) << exponent),
+                        (mantissa as u128 * k as u128)
+                    );
+                    assert_eq!(t.den, ((k - d) as u128) << exponent);
+                    let tv = t.num as f64 / t.den as f64;
+                    assert!(tv > 0.0 && tv < 1.0);
+                    let (with_x, _) = m.subset_probabilities();
+                    let pure = with_x / m.rho; // 1/C(k−1, d−1)
+                    let free = 1.0 / binomial_coefficient(k, d);
+                    let mut row = vec![0.0; 1 << k];
+                    for x in 0..k {
+                        m.channel_row(x, &mut row);
+                        for (o, &q) in row.iter().enumerate() {
+                            let size = (o as u64).count_ones() as u64;
+                            let mixture = if size != d {
+                                0.0
+                            } else if (o >> x) & 1 == 1 {
+                                tv * pure + (1.0 - tv) * free
+                            } else {
+                                (1.0 - tv) * free
+                            };
+                            assert!(
+                                (mixture - q).abs() <= 1e-14 * q.max(1e-300),
+                                "k {k} eps {eps} d {d} x {x} o {o}: {mixture} vs {q}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pure_in_counts_are_binomial_on_both_paths() {
+        let m = SubsetSelection::with_subset_size(9, 0.8, 3).unwrap();
+        let t = m.pure_in_fraction();
+        let p = t.num as f64 / t.den as f64;
+        for (i, n) in [1u64, SMALL_BINOMIAL, 40].into_iter().enumerate() {
+            let mut rng = stream(&key_from_u64(21), i as u64);
+            let reps = 40_000u64;
+            let mut observed = HashMap::new();
+            for _ in 0..reps {
+                *observed.entry(t.count(&mut rng, n)).or_insert(0) += 1;
+            }
+            let pmf: Vec<(u64, f64)> = (0..=n)
+                .map(|j| {
+                    let c = binomial_coefficient(n, j);
+                    (j, c * p.powi(j as i32) * (1.0 - p).powi((n - j) as i32))
+                })
+                .collect();
+            let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
+            assert!(chi2 < chi2_critical(df.max(1)), "n {n}: {chi2} df {df}");
+        }
+    }
+
+    #[test]
+    fn block_split_is_multinomial_over_the_hypergeometric_law() {
+        // c users with r picks left among M items: their picks among the next L items.
+        for (population, draws, marked, c) in [(12u64, 5u64, 4u64, 3u64), (30, 7, 20, 2)] {
+            let pmf_one = hypergeometric_pmf(population, marked, draws);
+            let lo = pmf_one[0].0;
+            let cells = pmf_one.len();
+            // The law of the histogram of c users over the outcomes, by enumeration.
+            let mut exact: HashMap<Vec<u64>, f64> = HashMap::new();
+            for users in 0..cells.pow(c as u32) {
+                let (mut h, mut p, mut u) = (vec![0u64; cells], 1.0, users);
+                for _ in 0..c {
+                    h[u % cells] += 1;
+                    p *= pmf_one[u % cells].1;
+                    u /= cells;
+                }
+                *exact.entry(h).or_insert(0.0) += p;
+            }
+            let pmf: Vec<(Vec<u64>, f64)> = exact.into_iter().collect();
+            let mut weights = Weights::default();
+            weights.hypergeometric(population, draws, marked);
+            let mut rng = stream(&key_from_u64(population), c);
+            let reps = 40_000u64;
+            let mut observed = HashMap::new();
+            for _ in 0..reps {
+                let mut h = vec![0u64; cells];
+                weights.split(&mut rng, c, |j, n| h[(j - lo) as usize] += n);
+                assert_eq!(h.iter().sum::<u64>(), c);
+                *observed.entry(h).or_insert(0) += 1;
+            }
+            let (chi2, df) = pooled_chi_square(&observed, &pmf, reps);
+            assert!(
+                chi2 < chi2_critical(df.max(1)),
+                "{population}: {chi2} df {df}"
+            );
+        }
+        // Many users: the multinomial's means and variances per outcome.
+        let (population, draws, marked, c) = (10_000u64, 256u64, 3775u64, 100_000u64);
+        let pmf_one = hypergeometric_pmf(population, marked, draws);
+        let mut weights = Weights::default();
+        weights.hypergeometric(population, draws, marked);
+        let reps = 400;
+        let mut rng = stream(&key_from_u64(5), 0);
+        let mut sums = vec![0.0f64; draws as usize + 1];
+        for _ in 0..reps {
+            weights.split(&mut rng, c, |j, n| sums[j as usize] += n as f64);
+        }
+        for &(j, p) in &pmf_one {
+            let mean = c as f64 * p;
+            let se = (mean * (1.0 - p) / reps as f64).sqrt();
+            let got = sums[j as usize] / reps as f64;
+            assert!(
+                (got - mean).abs() < 5.0 * se + 1e-9,
+                "outcome {j}: {got} vs {mean}"
+            );
+        }
+    }
+
+    #[test]
+    fn simulate_does_not_depend_on_the_thread_count() {
+        let k = 3000u64;
+        let m = SubsetSelection::new(k, 0.5).unwrap();
+        let true_counts: Vec<u64> = (0..k).map(|x| if x % 97 == 5 { 4000 } else { 0 }).collect();
+        let key = key_from_u64(77);
+        let one = crate::parallel::in_pool(1, || m.simulate(&key, &true_counts).unwrap());
+        let n: u64 = true_counts.iter().sum();
+        assert_eq!(one.iter().sum::<u64>(), n * m.subset_size());
+        for threads in [2, 3] {
+            let many =
+                crate::parallel::in_pool(threads, || m.simulate(&key, &true_counts).unwrap());
+            assert_eq!(one, many, "{threads} threads");
+        }
     }
 
     #[test]
