@@ -738,11 +738,16 @@ pub fn project_sparse_simplex(v: &[f64], s: usize) -> Result<Vec<f64>> {
     }
     Footprint::new("the sparse simplex projection")
         .add("the projection", v.len() as u128, 8)
+        .add("a copy of the values for the selection", v.len() as u128, 8)
         .add("the support", s as u128, std::mem::size_of::<usize>())
         .add("its values and their projection", 2 * s as u128, 8)
         .check()?;
+    let support = {
+        let mut scratch = memory::allocate_zeroed::<f64>(v.len(), "a copy of the values")?;
+        top_indices_with(v, s, &mut scratch)
+    };
+    // Zeroed pages the projection does not write are never touched.
     let mut out = memory::allocate_zeroed::<f64>(v.len(), "the projection")?;
-    let support = top_indices_with(v, s, &mut out);
     let mut values = memory::allocate_zeroed::<f64>(s, "the support's values")?;
     values
         .iter_mut()
@@ -750,7 +755,6 @@ pub fn project_sparse_simplex(v: &[f64], s: usize) -> Result<Vec<f64>> {
         .for_each(|(x, &i)| *x = v[i]);
     let mut projected = memory::allocate_zeroed::<f64>(s, "the support's projection")?;
     project_simplex_into(&values, &mut projected)?;
-    out.fill(0.0);
     for (&i, p) in support.iter().zip(projected) {
         out[i] = p;
     }
