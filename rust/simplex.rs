@@ -59,8 +59,8 @@ const CHUNK: usize = 1 << 14;
 /// Chunks per group; each group fills one histogram per round.
 const GROUP_CHUNKS: usize = 8;
 const GROUP: usize = CHUNK * GROUP_CHUNKS;
-/// Buckets per histogram (64 KiB: stays in L1/L2 while a group is counted).
-const BUCKETS: usize = 2048;
+/// Buckets per histogram (64 KiB: stays in L2 while a group is counted).
+const BUCKETS: usize = 4096;
 /// Streaming Michelot passes over a chunk before its candidates are copied out.
 const STREAMING_PASSES: usize = 4;
 /// Michelot passes on copied candidates before they are sorted.
@@ -87,28 +87,25 @@ struct ChunkSummary {
     /// Number of candidates at the start of the chunk's output segment, or [`IN_INPUT`].
     kept: u32,
     finite: bool,
+    /// Least and largest shifted value among the candidates of the last histogram round.
+    least: f64,
+    most: f64,
 }
 // All-zero bytes are a valid summary (zeros, `false`).
 impl Zeroable for ChunkSummary {}
 
-/// Count, sum, maximum and minimum of the shifted values in one bucket.
+/// Count of the values in one bucket, and the sum of their offsets `u − origin` from the
+/// round's origin (small terms of one sign: accurate sums even for tightly clustered values).
 #[derive(Clone, Copy)]
 struct Bucket {
     count: u64,
     sum: f64,
-    max: f64,
-    min: f64,
 }
-// All-zero bytes are a valid bucket (it is reset to `EMPTY` before use).
+// All-zero bytes are a valid bucket: the empty one.
 impl Zeroable for Bucket {}
 
 impl Bucket {
-    const EMPTY: Bucket = Bucket {
-        count: 0,
-        sum: 0.0,
-        max: f64::NEG_INFINITY,
-        min: f64::INFINITY,
-    };
+    const EMPTY: Bucket = Bucket { count: 0, sum: 0.0 };
 }
 
 type Histogram = [Bucket; BUCKETS];
@@ -128,9 +125,62 @@ impl Range {
         u > self.above && u <= self.top
     }
 
-    /// Buckets per unit of `u` for equal-width buckets over the range.
-    fn scale(&self) -> f64 {
-        BUCKETS as f64 / (self.top - self.above)
+    /// [`BUCKETS`] equal-width buckets over the range.
+    fn buckets(&self) -> Buckets {
+        Buckets {
+            origin: self.above,
+            scale: BUCKETS as f64 / (self.top - self.above),
+        }
+    }
+}
+
+/// A filter on values.
+trait Keep: Copy + Sync {
+    fn holds(&self, x: f64) -> bool;
+}
+
+impl Keep for Range {
+    #[inline(always)]
+    fn holds(&self, x: f64) -> bool {
+        Range::holds(self, x)
+    }
+}
+
+/// Equal-width buckets from `origin`, `scale` buckets per unit of `u`. The index is a
+/// non-decreasing function of `u` (every operation rounds monotonically; out-of-range values
+/// are clamped), so any run of buckets holds the values of an interval.
+#[derive(Clone, Copy)]
+struct Buckets {
+    origin: f64,
+    scale: f64,
+}
+
+impl Buckets {
+    #[inline(always)]
+    fn index(&self, u: f64) -> usize {
+        (((u - self.origin) * self.scale) as usize).min(BUCKETS - 1)
+    }
+
+    /// Left edge of bucket j (nominal: used only to lay out the next round's buckets).
+    fn edge(&self, j: usize) -> f64 {
+        self.origin + j as f64 / self.scale
+    }
+}
+
+/// The candidates of `range` in buckets `low..=high` of a round.
+#[derive(Clone, Copy)]
+struct Band {
+    range: Range,
+    buckets: Buckets,
+    low: usize,
+    high: usize,
+}
+
+impl Keep for Band {
+    #[inline(always)]
+    fn holds(&self, x: f64) -> bool {
+        let j = self.buckets.index(x - self.range.shift);
+        self.range.holds(x) && j >= self.low && j <= self.high
     }
 }
 
@@ -212,24 +262,22 @@ fn shifted_threshold<C: Check>(
         above: lower,
         top: 0.0,
     };
-    let mut hist = parts.first_histogram(range, check)?;
+    let mut buckets = range.buckets();
+    let mut hist = parts.first_histogram(range, buckets, check)?;
     let mut prefix = (0.0f64, 0usize);
     let mut rounds = 0;
     loop {
-        let (boundary, before) = boundary_bucket(&hist, prefix);
-        let b = hist[boundary];
-        if b.min == b.max {
-            // Equal values: the first is in the support, so all are (the condition
-            // u > f(ρ − 1) does not depend on how many equal values precede it).
-            let theta = (before.0 + b.sum - 1.0) / (before.1 as u64 + b.count) as f64;
-            return Ok((max, theta));
-        }
-        range.above = b.min.next_down();
-        range.top = b.max;
-        prefix = before;
+        let boundary = boundary_buckets(&hist, buckets.origin, prefix);
+        prefix = boundary.before;
+        let band = Band {
+            range,
+            buckets,
+            low: boundary.low,
+            high: boundary.high,
+        };
         // Step 4.
-        if b.count as usize <= SOLVE_MAX || rounds >= max_rounds {
-            let n = parts.gather(range, check)?;
+        if boundary.count as usize <= SOLVE_MAX || rounds >= max_rounds {
+            let n = parts.gather(band, check)?;
             check()?;
             let candidates = &mut parts.scratch[..n];
             let theta = if rounds < max_rounds {
@@ -239,7 +287,22 @@ fn shifted_threshold<C: Check>(
             };
             return Ok((max, theta));
         }
-        hist = parts.histogram(range, check)?;
+        let next = Buckets {
+            origin: buckets.edge(boundary.low),
+            scale: BUCKETS as f64 / (buckets.edge(boundary.high + 1) - buckets.edge(boundary.low)),
+        };
+        let (next_hist, least, most) = parts.histogram(band, next, check)?;
+        if least == most {
+            // Equal values: the first is in the support, so all are (the condition
+            // u > f(ρ − 1) does not depend on how many equal values precede it).
+            let theta = (prefix.0 + boundary.sum - 1.0) / (prefix.1 as u64 + boundary.count) as f64;
+            return Ok((max, theta));
+        }
+        // The candidates are now exactly the band's, copied: no range filter needed.
+        range.above = f64::NEG_INFINITY;
+        range.top = f64::INFINITY;
+        buckets = next;
+        hist = next_hist;
         rounds += 1;
     }
 }
@@ -296,8 +359,6 @@ impl Parts<'_> {
             for (t, h) in total.iter_mut().zip(hist) {
                 t.count += h.count;
                 t.sum += h.sum;
-                t.max = t.max.max(h.max);
-                t.min = t.min.min(h.min);
             }
         }
         total
@@ -307,8 +368,12 @@ impl Parts<'_> {
     /// `above`), where each chunk first raises `above` to its own lower bound of θ: Michelot
     /// iterates on its entries, streamed while the chunk is in L2. A chunk whose candidates
     /// are then few gets them copied to its segment of the scratch buffer.
-    fn first_histogram<C: Check>(&mut self, range: Range, check: &C) -> Result<Vec<Bucket>> {
-        let scale = range.scale();
+    fn first_histogram<C: Check>(
+        &mut self,
+        range: Range,
+        buckets: Buckets,
+        check: &C,
+    ) -> Result<Vec<Bucket>> {
         self.for_each_group(|(input, segments, summaries, hist)| {
             hist.fill(Bucket::EMPTY);
             for ((chunk, segment), summary) in input
@@ -317,18 +382,26 @@ impl Parts<'_> {
                 .zip(summaries)
             {
                 check()?;
-                summary.kept = filter_chunk(chunk, segment, range, scale, hist);
+                summary.kept = filter_chunk(chunk, segment, range, buckets, hist);
             }
             Ok(())
         })?;
         Ok(self.combined())
     }
 
-    /// The histogram of the candidates in `range`. Copied candidates outside `range` are
-    /// dropped; a chunk whose candidates are still read from the input gets them copied when
-    /// few are in `range`.
-    fn histogram<C: Check>(&mut self, range: Range, check: &C) -> Result<Vec<Bucket>> {
-        let scale = range.scale();
+    /// The histogram (over `buckets`) of the candidates in `band`, which are copied to the
+    /// chunks' segments; with their least and largest value.
+    fn histogram<C: Check>(
+        &mut self,
+        band: Band,
+        buckets: Buckets,
+        check: &C,
+    ) -> Result<(Vec<Bucket>, f64, f64)> {
+        let all = Range {
+            shift: band.range.shift,
+            above: f64::NEG_INFINITY,
+            top: f64::INFINITY,
+        };
         self.for_each_group(|(input, segments, summaries, hist)| {
             hist.fill(Bucket::EMPTY);
             for ((chunk, segment), summary) in input
@@ -337,26 +410,29 @@ impl Parts<'_> {
                 .zip(summaries)
             {
                 check()?;
-                if summary.kept == IN_INPUT {
-                    let n = count_into(chunk, range, range.above, scale, hist);
-                    if n * SPARSE_FRACTION <= chunk.len() {
-                        summary.kept = copy_candidates(chunk, segment, range) as u32;
-                    }
+                let n = if summary.kept == IN_INPUT {
+                    copy_candidates(chunk, segment, band)
                 } else {
-                    let kept = &mut segment[..summary.kept as usize];
-                    let n = retain_candidates(kept, range);
-                    count_into(&kept[..n], range, range.above, scale, hist);
-                    summary.kept = n as u32;
-                }
+                    retain_candidates(&mut segment[..summary.kept as usize], band)
+                };
+                (_, summary.least, summary.most) = count_into(&segment[..n], all, buckets, hist);
+                summary.kept = n as u32;
             }
             Ok(())
         })?;
-        Ok(self.combined())
+        let (least, most) = self
+            .summaries
+            .iter()
+            .filter(|s| s.kept > 0)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, m), s| {
+                (l.min(s.least), m.max(s.most))
+            });
+        Ok((self.combined(), least, most))
     }
 
     /// Copy the candidates in `range` to the start of the scratch buffer (in index order);
     /// their number.
-    fn gather<C: Check>(&mut self, range: Range, check: &C) -> Result<usize> {
+    fn gather<C: Check>(&mut self, range: impl Keep, check: &C) -> Result<usize> {
         self.for_each_group(|(input, segments, summaries, _)| {
             for ((chunk, segment), summary) in input
                 .chunks(CHUNK)
@@ -384,32 +460,68 @@ impl Parts<'_> {
     }
 }
 
-/// The bucket holding the support's boundary, and the (sum, count) of the candidates above
-/// it plus `prefix` (the entries above all buckets, all in the support).
+/// The buckets that may hold the support's boundary.
+struct Boundary {
+    /// Lowest and highest bucket (non-empty buckets between them: none, or `low` and
+    /// `high` are the same).
+    low: usize,
+    high: usize,
+    /// Their count and sum.
+    count: u64,
+    sum: f64,
+    /// Sum and count of the entries above them (all in the support), prefix included.
+    before: (f64, usize),
+}
+
+/// The boundary's buckets from the histogram of the candidates below `prefix` (sum, count of
+/// the entries above them, all in the support).
 ///
-/// Scanning non-empty buckets top-down with the running (sum S, count N) of the buckets
-/// already passed, the boundary lies in bucket b when the largest value below b is at most
-/// `f = (S + sum_b − 1)/(N + count_b)`: that value is then out of the support, while b's
-/// own maximum was found inside it at the previous step.
-fn boundary_bucket(hist: &[Bucket], prefix: (f64, usize)) -> (usize, (f64, usize)) {
+/// With `f(ρ) = (Σ_{i≤ρ} u_(i) − 1)/ρ` strictly increasing up to the support size ρ* and
+/// non-increasing after it, f sampled at the bucket edges, top-down, increases up to the
+/// bucket b holding ρ* or the one above it and decreases after. So if the last increase is
+/// at bucket i, ρ* lies in bucket i or in the next non-empty one below it: the first entry
+/// of bucket i is in the support, and every entry below the pair is out of it.
+fn boundary_buckets(hist: &[Bucket], origin: f64, prefix: (f64, usize)) -> Boundary {
     let (mut sum, mut count) = prefix;
-    let mut current: Option<usize> = None;
+    let mut f_before = if count > 0 {
+        (sum - 1.0) / count as f64
+    } else {
+        f64::NEG_INFINITY
+    };
+    let mut last_increase: Option<(usize, (f64, usize))> = None;
     for j in (0..hist.len()).rev() {
-        if hist[j].count == 0 {
+        let mut b = hist[j];
+        if b.count == 0 {
             continue;
         }
-        if let Some(c) = current {
-            let b = hist[c];
-            let f = (sum + b.sum - 1.0) / (count as u64 + b.count) as f64;
-            if hist[j].max <= f {
-                break;
+        b.sum += b.count as f64 * origin;
+        let f = (sum + b.sum - 1.0) / (count as u64 + b.count) as f64;
+        if let Some((high, before)) = last_increase {
+            if !(f > f_before) {
+                let top = hist[high];
+                return Boundary {
+                    low: j,
+                    high,
+                    count: top.count + b.count,
+                    sum: (top.sum + top.count as f64 * origin) + b.sum,
+                    before,
+                };
             }
-            sum += b.sum;
-            count += b.count as usize;
         }
-        current = Some(j);
+        last_increase = Some((j, (sum, count)));
+        sum += b.sum;
+        count += b.count as usize;
+        f_before = f;
     }
-    (current.expect("the maximum is a candidate"), (sum, count))
+    let (high, before) = last_increase.expect("the maximum is a candidate");
+    let top = hist[high];
+    Boundary {
+        low: high,
+        high,
+        count: top.count,
+        sum: top.sum + top.count as f64 * origin,
+        before,
+    }
 }
 
 /// Threshold of an input of at most [`CHUNK`] entries, on the calling thread.
@@ -440,6 +552,8 @@ fn summarize_chunk(chunk: &[f64]) -> ChunkSummary {
         total,
         kept: IN_INPUT,
         finite,
+        least: f64::INFINITY,
+        most: f64::NEG_INFINITY,
     }
 }
 
@@ -451,7 +565,7 @@ fn filter_chunk(
     chunk: &[f64],
     segment: &mut [f64],
     range: Range,
-    scale: f64,
+    buckets: Buckets,
     hist: &mut Histogram,
 ) -> u32 {
     let mut keep = range;
@@ -468,12 +582,12 @@ fn filter_chunk(
         (sum, count) = sum_above(chunk, range.shift, keep.above);
     }
     if count * SPARSE_FRACTION > chunk.len() {
-        count_into(chunk, keep, range.above, scale, hist);
+        count_into(chunk, keep, buckets, hist);
         return IN_INPUT;
     }
     let n = copy_candidates(chunk, segment, keep);
     let (n, _, _) = michelot(&mut segment[..n], range.shift, (0.0, 0), MICHELOT_PASSES);
-    count_into(&segment[..n], range, range.above, scale, hist);
+    count_into(&segment[..n], range, buckets, hist);
     n as u32
 }
 
@@ -491,7 +605,9 @@ fn michelot(
     let mut n = candidates.len();
     let mut theta = f64::NEG_INFINITY;
     for _ in 0..passes {
-        let sum = prefix.0 + shifted_sum(&candidates[..n], shift);
+        // Offsets from the previous θ: small terms of one sign, an accurate sum.
+        let base = if theta.is_finite() { theta } else { 0.0 };
+        let sum = prefix.0 + offset_sum(&candidates[..n], shift, base) + n as f64 * base;
         theta = (sum - 1.0) / (prefix.1 + n) as f64;
         let kept = retain_candidates(
             &mut candidates[..n],
@@ -548,7 +664,7 @@ fn sorted_threshold(u: &mut [f64], shift: f64, prefix: (f64, usize), parallel: b
 
 /// Copy the entries of `chunk` in `range` to the start of `segment` (branch-free); their
 /// number.
-fn copy_candidates(chunk: &[f64], segment: &mut [f64], range: Range) -> usize {
+fn copy_candidates(chunk: &[f64], segment: &mut [f64], range: impl Keep) -> usize {
     let segment = &mut segment[..chunk.len()];
     let mut n = 0;
     for (i, &x) in chunk.iter().enumerate() {
@@ -559,7 +675,7 @@ fn copy_candidates(chunk: &[f64], segment: &mut [f64], range: Range) -> usize {
 }
 
 /// Keep the values in `range` at the start of `values` (order kept); their number.
-fn retain_candidates(values: &mut [f64], range: Range) -> usize {
+fn retain_candidates(values: &mut [f64], range: impl Keep) -> usize {
     let mut n = 0;
     for i in 0..values.len() {
         let x = values[i];
@@ -569,14 +685,17 @@ fn retain_candidates(values: &mut [f64], range: Range) -> usize {
     n
 }
 
-/// Add the values in `keep` to `hist`, whose buckets have width `1/scale` from `origin`
-/// (`keep.above ≥ origin`); their number. The bucket is a non-decreasing function of the
-/// value, so every bucket's `[min, max]` holds exactly its own values. Values are first
-/// compacted block by block (branch-free), then counted.
-fn count_into(values: &[f64], keep: Range, origin: f64, scale: f64, hist: &mut Histogram) -> usize {
+/// Add the values in `keep` (shifted) to `hist`; their number, least and largest shifted
+/// value. Values are first compacted block by block (branch-free), then counted.
+fn count_into(
+    values: &[f64],
+    keep: Range,
+    buckets: Buckets,
+    hist: &mut Histogram,
+) -> (usize, f64, f64) {
     const BLOCK: usize = 256;
     let mut block = [0.0f64; BLOCK];
-    let mut total = 0;
+    let (mut total, mut least, mut most) = (0, f64::INFINITY, f64::NEG_INFINITY);
     for part in values.chunks(BLOCK) {
         let mut n = 0;
         for (i, &x) in part.iter().enumerate() {
@@ -585,16 +704,15 @@ fn count_into(values: &[f64], keep: Range, origin: f64, scale: f64, hist: &mut H
             n += (u > keep.above && u <= keep.top) as usize;
         }
         for &u in &block[..n] {
-            let j = (((u - origin) * scale) as usize).min(BUCKETS - 1);
-            let b = &mut hist[j];
+            let b = &mut hist[buckets.index(u)];
             b.count += 1;
-            b.sum += u;
-            b.max = if u > b.max { u } else { b.max };
-            b.min = if u < b.min { u } else { b.min };
+            b.sum += u - buckets.origin;
+            least = if u < least { u } else { least };
+            most = if u > most { u } else { most };
         }
         total += n;
     }
-    total
+    (total, least, most)
 }
 
 multiversion! {
@@ -634,6 +752,24 @@ multiversion! {
             }
         }
         (sums.iter().sum(), counts.iter().sum::<u64>() as usize)
+    }
+}
+
+multiversion! {
+    /// `Σ ((x − shift) − base)` in a fixed order.
+    fn offset_sum(v: &[f64], shift: f64, base: f64) -> f64 {
+        let mut sums = [0.0f64; 8];
+        let chunks = v.chunks_exact(8);
+        let tail = chunks.remainder();
+        for chunk in chunks {
+            for t in 0..8 {
+                sums[t] += (chunk[t] - shift) - base;
+            }
+        }
+        for &x in tail {
+            sums[0] += (x - shift) - base;
+        }
+        sums.iter().sum()
     }
 }
 
