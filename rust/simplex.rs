@@ -94,8 +94,8 @@ struct ChunkSummary {
 // All-zero bytes are a valid summary (zeros, `false`).
 impl Zeroable for ChunkSummary {}
 
-/// Count of the values in one bucket, and the sum of their offsets `u − origin` from the
-/// round's origin (small terms of one sign: accurate sums even for tightly clustered values).
+/// Count of the values in one bucket, and the sum of their offsets `u − edge` from the
+/// bucket's left edge (small terms of one sign: accurate sums whatever the magnitudes).
 #[derive(Clone, Copy)]
 struct Bucket {
     count: u64,
@@ -127,10 +127,7 @@ impl Range {
 
     /// [`BUCKETS`] equal-width buckets over the range.
     fn buckets(&self) -> Buckets {
-        Buckets {
-            origin: self.above,
-            scale: BUCKETS as f64 / (self.top - self.above),
-        }
+        Buckets::over(self.above, self.top)
     }
 }
 
@@ -153,6 +150,8 @@ impl Keep for Range {
 struct Buckets {
     origin: f64,
     scale: f64,
+    /// `1/scale`.
+    width: f64,
 }
 
 impl Buckets {
@@ -161,9 +160,21 @@ impl Buckets {
         (((u - self.origin) * self.scale) as usize).min(BUCKETS - 1)
     }
 
-    /// Left edge of bucket j (nominal: used only to lay out the next round's buckets).
+    /// Left edge of bucket j (nominal: the reference point of its offsets, and the layout
+    /// of the next round's buckets).
+    #[inline(always)]
     fn edge(&self, j: usize) -> f64 {
-        self.origin + j as f64 / self.scale
+        self.origin + j as f64 * self.width
+    }
+
+    /// `BUCKETS` buckets from `origin` to `end`.
+    fn over(origin: f64, end: f64) -> Buckets {
+        let scale = BUCKETS as f64 / (end - origin);
+        Buckets {
+            origin,
+            scale,
+            width: 1.0 / scale,
+        }
     }
 }
 
@@ -267,7 +278,7 @@ fn shifted_threshold<C: Check>(
     let mut prefix = (0.0f64, 0usize);
     let mut rounds = 0;
     loop {
-        let boundary = boundary_buckets(&hist, buckets.origin, prefix);
+        let boundary = boundary_buckets(&hist, buckets, prefix);
         prefix = boundary.before;
         let band = Band {
             range,
@@ -287,10 +298,7 @@ fn shifted_threshold<C: Check>(
             };
             return Ok((max, theta));
         }
-        let next = Buckets {
-            origin: buckets.edge(boundary.low),
-            scale: BUCKETS as f64 / (buckets.edge(boundary.high + 1) - buckets.edge(boundary.low)),
-        };
+        let next = Buckets::over(buckets.edge(boundary.low), buckets.edge(boundary.high + 1));
         let (next_hist, least, most) = parts.histogram(band, next, check)?;
         if least == most {
             // Equal values: the first is in the support, so all are (the condition
@@ -481,7 +489,7 @@ struct Boundary {
 /// bucket b holding ρ* or the one above it and decreases after. So if the last increase is
 /// at bucket i, ρ* lies in bucket i or in the next non-empty one below it: the first entry
 /// of bucket i is in the support, and every entry below the pair is out of it.
-fn boundary_buckets(hist: &[Bucket], origin: f64, prefix: (f64, usize)) -> Boundary {
+fn boundary_buckets(hist: &[Bucket], buckets: Buckets, prefix: (f64, usize)) -> Boundary {
     let (mut sum, mut count) = prefix;
     let mut f_before = if count > 0 {
         (sum - 1.0) / count as f64
@@ -494,7 +502,7 @@ fn boundary_buckets(hist: &[Bucket], origin: f64, prefix: (f64, usize)) -> Bound
         if b.count == 0 {
             continue;
         }
-        b.sum += b.count as f64 * origin;
+        b.sum += b.count as f64 * buckets.edge(j);
         let f = (sum + b.sum - 1.0) / (count as u64 + b.count) as f64;
         if let Some((high, before)) = last_increase {
             if !(f > f_before) {
@@ -503,7 +511,7 @@ fn boundary_buckets(hist: &[Bucket], origin: f64, prefix: (f64, usize)) -> Bound
                     low: j,
                     high,
                     count: top.count + b.count,
-                    sum: (top.sum + top.count as f64 * origin) + b.sum,
+                    sum: (top.sum + top.count as f64 * buckets.edge(high)) + b.sum,
                     before,
                 };
             }
@@ -519,7 +527,7 @@ fn boundary_buckets(hist: &[Bucket], origin: f64, prefix: (f64, usize)) -> Bound
         low: high,
         high,
         count: top.count,
-        sum: top.sum + top.count as f64 * origin,
+        sum: top.sum + top.count as f64 * buckets.edge(high),
         before,
     }
 }
@@ -704,9 +712,10 @@ fn count_into(
             n += (u > keep.above && u <= keep.top) as usize;
         }
         for &u in &block[..n] {
-            let b = &mut hist[buckets.index(u)];
+            let j = buckets.index(u);
+            let b = &mut hist[j];
             b.count += 1;
-            b.sum += u - buckets.origin;
+            b.sum += u - buckets.edge(j);
             least = if u < least { u } else { least };
             most = if u > most { u } else { most };
         }
