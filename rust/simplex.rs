@@ -27,15 +27,16 @@
 //!    `L = max(−1, (Σu − 1)/k)`;
 //! 3. a second pass: each chunk, while in L2, raises L to its own bound by Michelot iterates
 //!    on its entries, copies its candidates to its own segment of the output buffer (the
-//!    scratch space) when they are few, and adds them to the group's histogram: count, sum,
-//!    max and min in [`BUCKETS`] equal-width buckets over `(L, 0]`. Group histograms are
-//!    combined in index order; the top-down scan finds the bucket holding the boundary;
-//!    entries above it are in the support (their count and sum carry over), entries below
-//!    it are not. Further rounds, if needed, split that bucket's `[min, max]`;
-//! 4. once the boundary bucket holds at most [`SOLVE_MAX`] entries they are gathered and
-//!    Michelot passes (then, if they stall, the sort-based rule) finish exactly. A bucket of
-//!    equal values is in the support whole. Candidates the buckets fail to split within
-//!    [`MAX_ROUNDS`] rounds (values crowded near θ over many orders of magnitude) are sorted.
+//!    scratch space) when they are few, and adds them to the group's histogram: count and
+//!    sum in [`BUCKETS`] equal-width buckets over `(L, 0]`. Group histograms are combined in
+//!    index order. Sampled at the bucket edges top-down, f increases up to the bucket holding
+//!    ρ* or the one above it: the boundary lies in the bucket of the last increase or the
+//!    next one below; entries above that pair are in the support (their count and sum carry
+//!    over), entries below it are not. Further rounds, if needed, split the pair;
+//! 4. once the pair holds at most [`SOLVE_MAX`] entries they are gathered and Michelot passes
+//!    (then, if they stall, the sort-based rule) finish exactly. A pair of equal values is in
+//!    the support whole. Candidates the buckets fail to split within [`MAX_ROUNDS`] rounds
+//!    (values crowded near θ over many orders of magnitude) are sorted.
 //!
 //! Memory traffic: two reads of v, a third for inputs whose support is most of v (to gather
 //! the boundary bucket), and the read and write of the output.
