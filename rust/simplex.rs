@@ -21,21 +21,21 @@
 //! bucket rounds, whose cost does not depend on how slowly Michelot passes would shrink the
 //! candidates (they stall on near-uniform inputs, where most entries are in the support):
 //!
-//! 1. one pass over chunks of [`CHUNK`] entries (in parallel): maximum and sum per chunk, and
+//! 1. one pass over chunks of `CHUNK` = 2^14 entries (in parallel): maximum and sum per chunk, and
 //!    whether its entries are finite;
 //! 2. with M = max v and `u = v − M`, the candidates are the `u` in `(L, 0]` with
 //!    `L = max(−1, (Σu − 1)/k)`;
 //! 3. a second pass: each chunk, while in L2, raises L to its own bound by Michelot iterates
 //!    on its entries, copies its candidates to its own segment of the output buffer (the
 //!    scratch space) when they are few, and adds them to the group's histogram: count and
-//!    sum in [`BUCKETS`] equal-width buckets over `(L, 0]`. Group histograms are combined in
+//!    sum in `BUCKETS` = 4096 equal-width buckets over `(L, 0]`. Group histograms are combined in
 //!    index order. Sampled at the bucket edges top-down, f increases up to the bucket holding
 //!    ρ* or the one above it: the boundary lies in the bucket of the last increase or the
 //!    next one below; entries above that pair are in the support (their count and sum carry
 //!    over), entries below it are not. Further rounds, if needed, split the pair;
-//! 4. once the pair holds at most [`SOLVE_MAX`] entries they are gathered and Michelot passes
+//! 4. once the pair holds at most `SOLVE_MAX` = 2^14 entries they are gathered and Michelot passes
 //!    (then, if they stall, the sort-based rule) finish exactly. A pair of equal values is in
-//!    the support whole. Candidates the buckets fail to split within [`MAX_ROUNDS`] rounds
+//!    the support whole. Candidates the buckets fail to split within `MAX_ROUNDS` = 6 rounds
 //!    (values crowded near θ over many orders of magnitude) are sorted.
 //!
 //! Memory traffic: two reads of v, a third for inputs whose support is most of v (to gather
