@@ -58,6 +58,23 @@ fn uniform_vector(seed: u64, n: usize) -> Vec<f64> {
     (0..n).map(|_| 2.0 * g.uniform() - 1.0).collect()
 }
 
+/// `n` floats in [0, 1).
+fn random_unit_vector(seed: u64, n: usize) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    (0..n).map(|_| g.uniform()).collect()
+}
+
+/// Ten entries in [1, 2) at random positions over N(0, (10⁻³)²) noise.
+fn few_large_vector(seed: u64, n: usize) -> Vec<f64> {
+    let mut g = SplitMix64(seed);
+    let mut v: Vec<f64> = (0..n).map(|_| 1e-3 * g.normal()).collect();
+    for _ in 0..10 {
+        let j = (g.next_u64() % n as u64) as usize;
+        v[j] = 1.0 + g.uniform();
+    }
+    v
+}
+
 /// Noisy near-uniform distribution: `1/k + N(0, sigma²)` per entry.
 fn noisy_uniform(seed: u64, k: usize, sigma: f64) -> Vec<f64> {
     let mut g = SplitMix64(seed);
@@ -146,6 +163,22 @@ fn bench_simplex(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::from_parameter(k), &v, |b, v| {
             b.iter(|| project_simplex(black_box(v)).unwrap())
         });
+    }
+    // The three input families of issue 13 at k = 10^6 and 10^7: random (uniform [0, 1)),
+    // near-uniform with full support (1/k + N(0, (1/k)²): ≈ 82 % of the entries in the support) and a few
+    // large entries over small noise. The result's allocation is included.
+    group.sample_size(10);
+    for k in [1_000_000usize, 10_000_000] {
+        group.throughput(Throughput::Elements(k as u64));
+        for (family, v) in [
+            ("random", random_unit_vector(5, k)),
+            ("near_uniform", noisy_uniform(6, k, 1.0 / k as f64)),
+            ("few_large", few_large_vector(7, k)),
+        ] {
+            group.bench_with_input(BenchmarkId::new(family, k), &v, |b, v| {
+                b.iter(|| project_simplex(black_box(v)).unwrap())
+            });
+        }
     }
     group.finish();
 

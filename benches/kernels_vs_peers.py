@@ -10,8 +10,11 @@ Kernels and peers (peers are optional; a missing one is reported as skipped):
   Every pyfwht CPU backend is timed (cpu, openmp, auto). In-place calls get a fresh copy of
   the input before each call (not timed): the transform is unnormalized, so re-transforming
   the same buffer would grow it by n every two calls.
-* Simplex projection at k = 10^6 (noisy near-uniform input 1/k + N(0, 1e-3^2)) vs the
-  sort-based rule in numpy (sort, cumsum, rho, theta).
+* Simplex projection at k = 10^6 and 10^7 on three input families (``simplex_input``:
+  random, near-uniform with full support, a few large entries over noise) vs the sort-based
+  rule in numpy (sort, cumsum, rho, theta), with the bound beside them: one read of the input
+  (``np.add.reduce``) and one copy (``v.copy()``: read, write, page faults of a new array,
+  as the projection must return one). These rows are timed interleaved.
 * OMP at m = 500, k = 10^4, s = 25 with y = A x + N(0, 0.01^2) noise, x 25-sparse, A a
   Rademacher ``SignMatrix``: ldpdist on the SignMatrix and on ``A.to_dense()`` (C order, and a
   Fortran-ordered copy), vs ``sklearn.linear_model.orthogonal_mp`` on the C-ordered matrix
@@ -25,7 +28,7 @@ integer-valued input, and to 1e-12 relative on the timed input; projection: to 1
 OMP: same support). A failed check is printed and makes the exit status 1.
 
 Timings are medians over ``--repeats`` consecutive calls (time.perf_counter), after one
-warm-up call, one implementation at a time (see ``Group``).
+warm-up call, one implementation at a time (see ``Group``; the simplex rows interleaved).
 The ratio column is ``time / reference time`` within a group, where the reference is the
 ldpdist row marked "(ref)": > 1 means the reference (ldpdist) is faster.
 
@@ -34,6 +37,7 @@ Usage::
     python benches/kernels_vs_peers.py               # full run
     python benches/kernels_vs_peers.py --quick       # fewer repeats, largest sizes only
     python benches/kernels_vs_peers.py --csv out.csv
+    python benches/kernels_vs_peers.py --only simplex    # one kernel (repeatable)
 """
 
 from __future__ import annotations
@@ -117,23 +121,35 @@ class Group:
     def skip(self, implementation: str, why: str = "skipped (not installed)") -> None:
         self.candidates.append(Candidate(implementation, None, note=why))
 
-    def run(self, repeats: int) -> Dict[str, float]:
-        """Time every candidate, append the rows, return median ms by implementation."""
+    def run(self, repeats: int, interleaved: bool = False) -> Dict[str, float]:
+        """Time every candidate, append the rows, return median ms by implementation.
+
+        ``interleaved``: round-robin (one call of each implementation per round) instead of
+        blocks, for single-threaded peers on a shared machine, so that load changes hit all
+        implementations alike."""
         timed = [c for c in self.candidates if c.fn is not None]
-        times: Dict[str, List[float]] = {}
+        times: Dict[str, List[float]] = {c.implementation: [] for c in timed}
+
+        def call(c: Candidate, keep: bool) -> None:
+            if c.setup is not None:
+                c.setup()
+            t0 = time.perf_counter()
+            c.fn()
+            if keep:
+                times[c.implementation].append(time.perf_counter() - t0)
+
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            for c in timed:
-                times[c.implementation] = samples = []
-                # One warm-up call: first-touch page faults, thread-pool start-up, caches.
+            # One warm-up call each: first-touch page faults, thread-pool start-up, caches.
+            if interleaved:
                 for i in range(repeats + 1):
-                    if c.setup is not None:
-                        c.setup()
-                    t0 = time.perf_counter()
-                    c.fn()
-                    if i:
-                        samples.append(time.perf_counter() - t0)
+                    for c in timed:
+                        call(c, i > 0)
+            else:
+                for c in timed:
+                    for i in range(repeats + 1):
+                        call(c, i > 0)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -284,21 +300,48 @@ def project_simplex_numpy(v: np.ndarray) -> np.ndarray:
     return np.maximum(v - theta, 0.0)
 
 
-def bench_simplex(k: int, repeats: int) -> None:
-    size = f"k={k:.0e}".replace("e+0", "e")
-    print(f"\nSimplex projection, {size}")
+SIMPLEX_FAMILIES = ("random", "near-uniform", "few large")
+
+
+def simplex_input(family: str, k: int) -> np.ndarray:
+    """The three input families of issue 13: uniform [0, 1) entries; near-uniform with full
+    support, 1/k + N(0, (1/k)^2) (about 82 % of the entries in the support); ten entries in
+    [1, 2) over N(0, 1e-3^2) noise."""
     rng = np.random.default_rng(3)
-    v = 1.0 / k + rng.normal(0.0, 1e-3, k)
+    if family == "random":
+        return rng.uniform(0.0, 1.0, k)
+    if family == "near-uniform":
+        return 1.0 / k + rng.normal(0.0, 1.0 / k, k)
+    v = rng.normal(0.0, 1e-3, k)
+    v[rng.choice(k, 10, replace=False)] = rng.uniform(1.0, 2.0, 10)
+    return v
+
+
+def bench_simplex(family: str, k: int, repeats: int) -> None:
+    size = f"{family}, k={k:.0e}".replace("e+0", "e")
+    print(f"\nSimplex projection, {size}")
+    v = simplex_input(family, k)
     p = K.project_simplex(v)
     q = project_simplex_numpy(v)
     err = float(np.max(np.abs(p - q)))
     check(err <= 1e-12, f"numpy sort-based vs ldpdist ({size})",
           f"max |diff| {err:.1e}, support {np.count_nonzero(p)} / {k}, sum {p.sum():.15f}")
 
+    # numpy's sort is single-threaded: calls are interleaved (see Group.run).
     g = Group("project_simplex", size)
     g.add("ldpdist.kernels.project_simplex", lambda: K.project_simplex(v))
     g.add("numpy sort-based (sort, cumsum)", lambda: project_simplex_numpy(v))
-    g.run(repeats)
+    g.add("bound: one read (np.add.reduce)", lambda: np.add.reduce(v))
+    g.add("bound: one copy (v.copy())", lambda: v.copy(),
+          note="a new array: read, write and first-touch page faults")
+    ms = g.run(repeats, interleaved=True)
+    SUMMARY.append(
+        f"project_simplex ({size}): numpy / ldpdist = "
+        f"{ms['numpy sort-based (sort, cumsum)'] / ms['ldpdist.kernels.project_simplex']:.1f}x; "
+        f"ldpdist / one read = "
+        f"{ms['ldpdist.kernels.project_simplex'] / ms['bound: one read (np.add.reduce)']:.1f}x; "
+        f"ldpdist / one copy = "
+        f"{ms['ldpdist.kernels.project_simplex'] / ms['bound: one copy (v.copy())']:.1f}x")
 
 
 # --------------------------------------------------------------------------------------
@@ -438,6 +481,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="fewer repeats and only the largest FWHT size")
     parser.add_argument("--csv", metavar="PATH", help="also write the table as CSV")
+    parser.add_argument("--only", choices=("fwht", "simplex", "omp"), action="append",
+                        help="run only these kernels (repeatable; default: all)")
     args = parser.parse_args(argv)
     repeats = args.repeats if args.repeats is not None else (5 if args.quick else 21)
     if repeats < 1:
@@ -445,10 +490,16 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print_environment()
     print(f"repeats: {repeats} (median), warm-up: 1 call\n\nChecks:", end="")
-    for n in ([1 << 20] if args.quick else [1 << 16, 1 << 20]):
-        bench_fwht(n, repeats)
-    bench_simplex(10**6, repeats)
-    bench_omp(500, 10_000, 25, repeats)
+    only = set(args.only or ("fwht", "simplex", "omp"))
+    if "fwht" in only:
+        for n in ([1 << 20] if args.quick else [1 << 16, 1 << 20]):
+            bench_fwht(n, repeats)
+    if "simplex" in only:
+        for k in (10**6, 10**7):
+            for family in SIMPLEX_FAMILIES:
+                bench_simplex(family, k, repeats)
+    if "omp" in only:
+        bench_omp(500, 10_000, 25, repeats)
 
     print_table()
     if args.csv:

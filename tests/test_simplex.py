@@ -141,6 +141,46 @@ def test_large_geometric_sequences():
     check(-(0.999 ** np.arange(k, dtype=np.float64)))
 
 
+def family_input(family: str, k: int) -> np.ndarray:
+    """The input families of issue 13 and the hard cases."""
+    rng = np.random.default_rng(k)
+    n = rng.standard_normal(k)
+    if family == "uniform":
+        return rng.uniform(0.0, 1.0, k)
+    if family == "gaussian":
+        return n
+    if family == "near-uniform":  # full support: about 82 % of the entries
+        return 1.0 / k + n / k
+    if family == "few large":
+        v = 1e-3 * n
+        v[rng.choice(k, min(k, 10), replace=False)] = rng.uniform(1.0, 2.0, min(k, 10))
+        return v
+    if family == "all equal":
+        return np.full(k, 0.3)
+    if family == "exact ties":
+        return (np.arange(k) * 7919 % 13) / 13.0
+    if family == "counts / n":  # quantized: many ties at the threshold
+        return np.maximum(np.round(3.0 * n + 20.0), 0.0) / (20.0 * k)
+    if family == "huge":
+        return n * 1e300
+    if family == "negative":
+        return -50.0 - np.abs(n)
+    if family == "subnormal":
+        return n * 1e-310
+    raise ValueError(family)
+
+
+FAMILIES = ("uniform", "gaussian", "near-uniform", "few large", "all equal", "exact ties",
+            "counts / n", "huge", "negative", "subnormal")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("k", [1, 2, 7, 1000, 16_387, 50_000, 300_001])
+def test_input_families(family, k):
+    # 16_387 and 50_000: several chunks on one thread; 300_001: the parallel path.
+    check(family_input(family, k))
+
+
 def test_output_is_a_new_array_and_input_untouched():
     v = np.array([0.3, 0.9, -0.2])
     before = v.copy()
