@@ -797,6 +797,23 @@ pub fn set_bit(row: &mut [u8], j: u64) {
     row[(j / 8) as usize] |= 0x80 >> (j % 8);
 }
 
+/// Clear bit j of a packed row.
+#[inline(always)]
+pub fn clear_bit(row: &mut [u8], j: u64) {
+    row[(j / 8) as usize] &= !(0x80u8 >> (j % 8));
+}
+
+/// Clear the padding bits after the first `bits` bits of a packed row.
+#[inline(always)]
+pub fn clear_padding(row: &mut [u8], bits: u64) {
+    let used = (bits % 8) as u32;
+    if used != 0 {
+        if let Some(last) = row.last_mut() {
+            *last &= !(0xFFu8 >> used);
+        }
+    }
+}
+
 /// Bit j of a packed row.
 #[inline(always)]
 pub fn get_bit(row: &[u8], j: u64) -> bool {

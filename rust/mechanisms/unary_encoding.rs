@@ -63,7 +63,10 @@
 //! (which is not exact to the last bit as the samplers of `privatize` are), but they are not
 //! equal to the counts of any particular `privatize` call for the same seed.
 
-use super::{check_domain, check_epsilon, set_bit, BitMechanism, SymmetricEstimator};
+use super::{
+    check_domain, check_epsilon, clear_bit, clear_padding, set_bit, BitMechanism,
+    SymmetricEstimator,
+};
 use crate::error::{Error, Result};
 use crate::rng::{stream, BernoulliThreshold, Key, StreamRng};
 use rand_core::Rng;
@@ -454,13 +457,8 @@ impl UnaryEncoding {
     #[inline]
     fn fill_row(&self, rng: &mut StreamRng, x: u64, row: &mut [u8]) {
         self.noise.fill(rng, row);
-        let used = (self.k % 8) as u32;
-        if used != 0 {
-            if let Some(last) = row.last_mut() {
-                *last &= !(0xFFu8 >> used);
-            }
-        }
-        row[(x / 8) as usize] &= !(0x80u8 >> (x % 8));
+        clear_padding(row, self.k);
+        clear_bit(row, x);
         if self.keep.sample(rng) {
             set_bit(row, x);
         }
