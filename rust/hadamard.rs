@@ -36,6 +36,28 @@ pub trait Butterfly: Copy + Send + Sync + Add<Output = Self> + Sub<Output = Self
         let _ = kernel;
         portable_stages(x, first);
     }
+
+    /// Length-`rows` transforms down columns `first..last` of the `rows × stride` matrix at
+    /// `base` (see [`transform_columns`]) with `kernel`.
+    #[inline]
+    fn columns(
+        base: SendPtr<Self>,
+        rows: usize,
+        stride: usize,
+        columns: std::ops::Range<usize>,
+        scratch: &mut Vec<Self>,
+        kernel: Kernel,
+    ) {
+        transform_columns(
+            base,
+            rows,
+            stride,
+            columns.start,
+            columns.end,
+            scratch,
+            kernel,
+        );
+    }
 }
 impl Butterfly for f64 {
     #[inline]
@@ -55,6 +77,40 @@ impl Butterfly for f64 {
         let _ = kernel;
         portable_stages(x, first);
     }
+
+    #[inline]
+    fn columns(
+        base: SendPtr<f64>,
+        rows: usize,
+        stride: usize,
+        columns: std::ops::Range<usize>,
+        scratch: &mut Vec<f64>,
+        kernel: Kernel,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (p, c) = (base.0, columns.clone());
+            // SAFETY: `Kernel::is_supported` was checked by `fwht_with_kernel`; the caller
+            // owns these columns of every row exclusively.
+            let done = match kernel {
+                Kernel::Avx512 => unsafe { x86::avx512_f64::columns(p, rows, stride, c, scratch) },
+                Kernel::Avx2 => unsafe { x86::avx2_f64::columns(p, rows, stride, c, scratch) },
+                Kernel::Portable => false,
+            };
+            if done {
+                return;
+            }
+        }
+        transform_columns(
+            base,
+            rows,
+            stride,
+            columns.start,
+            columns.end,
+            scratch,
+            kernel,
+        );
+    }
 }
 impl Butterfly for f32 {
     #[inline]
@@ -73,6 +129,40 @@ impl Butterfly for f32 {
         }
         let _ = kernel;
         portable_stages(x, first);
+    }
+
+    #[inline]
+    fn columns(
+        base: SendPtr<f32>,
+        rows: usize,
+        stride: usize,
+        columns: std::ops::Range<usize>,
+        scratch: &mut Vec<f32>,
+        kernel: Kernel,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (p, c) = (base.0, columns.clone());
+            // SAFETY: `Kernel::is_supported` was checked by `fwht_with_kernel`; the caller
+            // owns these columns of every row exclusively.
+            let done = match kernel {
+                Kernel::Avx512 => unsafe { x86::avx512_f32::columns(p, rows, stride, c, scratch) },
+                Kernel::Avx2 => unsafe { x86::avx2_f32::columns(p, rows, stride, c, scratch) },
+                Kernel::Portable => false,
+            };
+            if done {
+                return;
+            }
+        }
+        transform_columns(
+            base,
+            rows,
+            stride,
+            columns.start,
+            columns.end,
+            scratch,
+            kernel,
+        );
     }
 }
 impl Butterfly for i64 {}
@@ -315,6 +405,124 @@ mod x86 {
                     }
                 }
 
+                /// Stages `h, 2h, …, R·h/2` (in rows) of a panel of `rows × width`
+                /// entries, row `r` read at `src + r·src_stride` and written at
+                /// `dst + r·dst_stride`.
+                #[inline]
+                #[target_feature(enable = $features)]
+                unsafe fn column_pass<const R: usize>(
+                    src: *const $t,
+                    src_stride: usize,
+                    dst: *mut $t,
+                    dst_stride: usize,
+                    rows: usize,
+                    width: usize,
+                    h: usize,
+                ) {
+                    let mut base = 0;
+                    while base < rows {
+                        for i in base..base + h {
+                            let mut c = 0;
+                            while c < width {
+                                let mut v: [$v; R] = [$zero(); R];
+                                for k in 0..R {
+                                    v[k] = $load(src.add((i + k * h) * src_stride + c));
+                                }
+                                across(&mut v);
+                                for k in 0..R {
+                                    $store(dst.add((i + k * h) * dst_stride + c), v[k]);
+                                }
+                                c += $lanes;
+                            }
+                        }
+                        base += R * h;
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                unsafe fn column_pass_of_radix(
+                    log_radix: u32,
+                    src: *const $t,
+                    src_stride: usize,
+                    dst: *mut $t,
+                    dst_stride: usize,
+                    rows: usize,
+                    width: usize,
+                    h: usize,
+                ) {
+                    let args = (src, src_stride, dst, dst_stride, rows, width, h);
+                    match log_radix {
+                        1 => {
+                            column_pass::<2>(args.0, args.1, args.2, args.3, args.4, args.5, args.6)
+                        }
+                        2 => {
+                            column_pass::<4>(args.0, args.1, args.2, args.3, args.4, args.5, args.6)
+                        }
+                        3 => {
+                            column_pass::<8>(args.0, args.1, args.2, args.3, args.4, args.5, args.6)
+                        }
+                        4 if $max_log_radix >= 4 => column_pass::<16>(
+                            args.0, args.1, args.2, args.3, args.4, args.5, args.6,
+                        ),
+                        _ => unreachable!(),
+                    }
+                }
+
+                /// Length-`rows` transforms down `columns` of the `rows × stride` matrix
+                /// at `base`, a panel of `PANEL` columns at a time: the first pass reads
+                /// the rows in place and the last writes them back, the passes between
+                /// work in `scratch` (L1); a single pass works in place. `false` (nothing
+                /// done) unless the columns are whole vectors.
+                ///
+                /// # Safety
+                /// The CPU must support the target features; the caller owns `columns` of
+                /// every row exclusively.
+                #[target_feature(enable = $features)]
+                pub unsafe fn columns(
+                    base: *mut $t,
+                    rows: usize,
+                    stride: usize,
+                    columns: std::ops::Range<usize>,
+                    scratch: &mut Vec<$t>,
+                ) -> bool {
+                    let lanes: usize = $lanes;
+                    if rows < 2 || columns.start % lanes != 0 || columns.end % lanes != 0 {
+                        return rows < 2;
+                    }
+                    let stages = rows.trailing_zeros();
+                    let passes = stages.div_ceil($max_log_radix);
+                    if passes > 1 {
+                        scratch.clear();
+                        scratch.resize(rows * super::super::PANEL, <$t>::default());
+                    }
+                    let buffer = scratch.as_mut_ptr();
+                    let mut col = columns.start;
+                    while col < columns.end {
+                        let width = super::super::PANEL.min(columns.end - col);
+                        let panel = base.add(col);
+                        let mut h = 1;
+                        for k in 0..passes {
+                            let log_radix = stages / passes + u32::from(k < stages % passes);
+                            let (src, src_stride) = if k == 0 {
+                                (panel, stride)
+                            } else {
+                                (buffer, width)
+                            };
+                            let (dst, dst_stride) = if k + 1 == passes {
+                                (panel, stride)
+                            } else {
+                                (buffer, width)
+                            };
+                            column_pass_of_radix(
+                                log_radix, src, src_stride, dst, dst_stride, rows, width, h,
+                            );
+                            h <<= log_radix;
+                        }
+                        col += width;
+                    }
+                    true
+                }
+
                 /// Stages `first, 2·first, …, n/2` of `x`, or `false` (nothing done) for the
                 /// shapes it does not handle: fewer than two vectors, or `first` neither 1
                 /// nor a multiple of a vector.
@@ -459,7 +667,7 @@ mod x86 {
 
 /// A raw pointer that may cross threads; each task touches a disjoint set of elements.
 #[derive(Clone, Copy)]
-struct SendPtr<T>(*mut T);
+pub struct SendPtr<T>(*mut T);
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
