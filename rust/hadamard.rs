@@ -59,113 +59,63 @@ pub trait Butterfly: Copy + Send + Sync + Add<Output = Self> + Sub<Output = Self
         );
     }
 }
-impl Butterfly for f64 {
-    #[inline]
-    fn stages(x: &mut [f64], first: usize, kernel: Kernel) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: `Kernel::available` only lists kernels the CPU supports.
-            let done = match kernel {
-                Kernel::Avx512 => unsafe { x86::avx512_f64::stages(x, first) },
-                Kernel::Avx2 => unsafe { x86::avx2_f64::stages(x, first) },
-                Kernel::Portable => false,
-            };
-            if done {
-                return;
+/// `Butterfly` for a type with `std::arch` kernels in modules `$avx512` and `$avx2` of
+/// [`x86`]; shapes they do not handle fall back to the portable loops.
+macro_rules! vector_butterfly {
+    ($t:ty, $avx512:ident, $avx2:ident) => {
+        impl Butterfly for $t {
+            #[inline]
+            fn stages(x: &mut [$t], first: usize, kernel: Kernel) {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    // SAFETY: `fwht_with_kernel` checked `Kernel::is_supported`.
+                    let done = match kernel {
+                        Kernel::Avx512 => unsafe { x86::$avx512::stages(x, first) },
+                        Kernel::Avx2 => unsafe { x86::$avx2::stages(x, first) },
+                        Kernel::Portable => false,
+                    };
+                    if done {
+                        return;
+                    }
+                }
+                let _ = kernel;
+                portable_stages(x, first);
             }
-        }
-        let _ = kernel;
-        portable_stages(x, first);
-    }
 
-    #[inline]
-    fn columns(
-        base: SendPtr<f64>,
-        rows: usize,
-        stride: usize,
-        columns: std::ops::Range<usize>,
-        scratch: &mut Vec<f64>,
-        kernel: Kernel,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let (p, c) = (base.0, columns.clone());
-            // SAFETY: `Kernel::is_supported` was checked by `fwht_with_kernel`; the caller
-            // owns these columns of every row exclusively.
-            let done = match kernel {
-                Kernel::Avx512 => unsafe { x86::avx512_f64::columns(p, rows, stride, c, scratch) },
-                Kernel::Avx2 => unsafe { x86::avx2_f64::columns(p, rows, stride, c, scratch) },
-                Kernel::Portable => false,
-            };
-            if done {
-                return;
+            #[inline]
+            fn columns(
+                base: SendPtr<$t>,
+                rows: usize,
+                stride: usize,
+                columns: std::ops::Range<usize>,
+                scratch: &mut Vec<$t>,
+                kernel: Kernel,
+            ) {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let (p, c) = (base.0, columns.clone());
+                    // SAFETY: `fwht_with_kernel` checked `Kernel::is_supported`; the caller
+                    // owns these columns of every row exclusively.
+                    let done = match kernel {
+                        Kernel::Avx512 => unsafe {
+                            x86::$avx512::columns(p, rows, stride, c, scratch)
+                        },
+                        Kernel::Avx2 => unsafe { x86::$avx2::columns(p, rows, stride, c, scratch) },
+                        Kernel::Portable => false,
+                    };
+                    if done {
+                        return;
+                    }
+                }
+                let (first, last) = (columns.start, columns.end);
+                transform_columns(base, rows, stride, first, last, scratch, kernel);
             }
         }
-        transform_columns(
-            base,
-            rows,
-            stride,
-            columns.start,
-            columns.end,
-            scratch,
-            kernel,
-        );
-    }
+    };
 }
-impl Butterfly for f32 {
-    #[inline]
-    fn stages(x: &mut [f32], first: usize, kernel: Kernel) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: `Kernel::available` only lists kernels the CPU supports.
-            let done = match kernel {
-                Kernel::Avx512 => unsafe { x86::avx512_f32::stages(x, first) },
-                Kernel::Avx2 => unsafe { x86::avx2_f32::stages(x, first) },
-                Kernel::Portable => false,
-            };
-            if done {
-                return;
-            }
-        }
-        let _ = kernel;
-        portable_stages(x, first);
-    }
-
-    #[inline]
-    fn columns(
-        base: SendPtr<f32>,
-        rows: usize,
-        stride: usize,
-        columns: std::ops::Range<usize>,
-        scratch: &mut Vec<f32>,
-        kernel: Kernel,
-    ) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let (p, c) = (base.0, columns.clone());
-            // SAFETY: `Kernel::is_supported` was checked by `fwht_with_kernel`; the caller
-            // owns these columns of every row exclusively.
-            let done = match kernel {
-                Kernel::Avx512 => unsafe { x86::avx512_f32::columns(p, rows, stride, c, scratch) },
-                Kernel::Avx2 => unsafe { x86::avx2_f32::columns(p, rows, stride, c, scratch) },
-                Kernel::Portable => false,
-            };
-            if done {
-                return;
-            }
-        }
-        transform_columns(
-            base,
-            rows,
-            stride,
-            columns.start,
-            columns.end,
-            scratch,
-            kernel,
-        );
-    }
-}
-impl Butterfly for i64 {}
+vector_butterfly!(f64, avx512_f64, avx2_f64);
+vector_butterfly!(f32, avx512_f32, avx2_f32);
+vector_butterfly!(i64, avx512_i64, avx2_i64);
 
 /// The implementation of the in-cache stages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -606,6 +556,52 @@ mod x86 {
         _mm256_blend_ps::<0xF0>(_mm256_add_ps(v, s), _mm256_sub_ps(s, v))
     }
 
+    /// Stages 1, 2, 4 inside an 8-lane vector of i64 (wrapping, like `+` in release builds).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn in_vector_512i(v: __m512i) -> __m512i {
+        let s = _mm512_permutex_epi64::<0xB1>(v);
+        let v = _mm512_mask_sub_epi64(_mm512_add_epi64(v, s), 0xAA, s, v);
+        let s = _mm512_permutex_epi64::<0x4E>(v);
+        let v = _mm512_mask_sub_epi64(_mm512_add_epi64(v, s), 0xCC, s, v);
+        let s = _mm512_shuffle_i64x2::<0x4E>(v, v);
+        _mm512_mask_sub_epi64(_mm512_add_epi64(v, s), 0xF0, s, v)
+    }
+
+    /// Stages 1, 2 inside a 4-lane vector of i64.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn in_vector_256i(v: __m256i) -> __m256i {
+        let s = _mm256_shuffle_epi32::<0x4E>(v);
+        let v = _mm256_blend_epi32::<0xCC>(_mm256_add_epi64(v, s), _mm256_sub_epi64(s, v));
+        let s = _mm256_permute2x128_si256::<0x01>(v, v);
+        _mm256_blend_epi32::<0xF0>(_mm256_add_epi64(v, s), _mm256_sub_epi64(s, v))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load_512i(p: *const i64) -> __m512i {
+        _mm512_loadu_si512(p.cast())
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn store_512i(p: *mut i64, v: __m512i) {
+        _mm512_storeu_si512(p.cast(), v)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load_256i(p: *const i64) -> __m256i {
+        _mm256_loadu_si256(p.cast())
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn store_256i(p: *mut i64, v: __m256i) {
+        _mm256_storeu_si256(p.cast(), v)
+    }
+
     // AVX-512 has 32 vector registers (radix 16 fits), AVX2 16 (radix 8).
     stage_kernels!(
         avx512_f64,
@@ -662,6 +658,34 @@ mod x86 {
         _mm256_add_ps,
         _mm256_sub_ps,
         in_vector_256s
+    );
+    stage_kernels!(
+        avx512_i64,
+        "avx512f",
+        i64,
+        __m512i,
+        8,
+        4,
+        _mm512_setzero_si512,
+        load_512i,
+        store_512i,
+        _mm512_add_epi64,
+        _mm512_sub_epi64,
+        in_vector_512i
+    );
+    stage_kernels!(
+        avx2_i64,
+        "avx2",
+        i64,
+        __m256i,
+        4,
+        3,
+        _mm256_setzero_si256,
+        load_256i,
+        store_256i,
+        _mm256_add_epi64,
+        _mm256_sub_epi64,
+        in_vector_256i
     );
 }
 
@@ -921,7 +945,13 @@ mod tests {
             let y32: Vec<f32> = y.iter().map(|&v| v as f32).collect();
             let mut plain32 = y32.clone();
             radix2(&mut plain32);
+            let ints: Vec<i64> = y.iter().map(|&v| (v * 1e12) as i64).collect();
+            let mut plain_ints = ints.clone();
+            radix2(&mut plain_ints);
             for &kernel in &kernels {
+                let mut c = ints.clone();
+                fwht_with_kernel(&mut c, &crate::interrupt::never, kernel).unwrap();
+                assert_eq!(c, plain_ints, "i64, {kernel:?}, n = {n}");
                 let mut a = y.clone();
                 fwht_with_kernel(&mut a, &crate::interrupt::never, kernel).unwrap();
                 assert!(
