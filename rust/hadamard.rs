@@ -720,12 +720,11 @@ where
     let base = SendPtr(x.as_mut_ptr());
     let task = |scratch: &mut Vec<T>, t: usize| {
         check()?;
-        transform_columns(
+        T::columns(
             base,
             rows,
             stride,
-            t * width,
-            (t + 1) * width,
+            t * width..(t + 1) * width,
             scratch,
             kernel,
         );
