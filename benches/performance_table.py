@@ -132,12 +132,12 @@ def bit_vector_rows(args: argparse.Namespace) -> List[Row]:
         stop = min(n_agg, start + step)
         reports[start:stop] = rappor.privatize(rng.integers(0, k, stop - start), seed=start)
 
-    def aggregate_and_estimate():
+    def aggregate():
         agg = rappor.aggregator()
         agg.add(reports)
         return agg
 
-    t = median_time(aggregate_and_estimate, args.repeats)
+    t = median_time(aggregate, args.repeats)
     sub = reports[: n_agg // 20]
     t_peer = median_time(lambda: np.unpackbits(sub, axis=1, count=k).sum(0, dtype=np.int64),
                          max(1, args.repeats // 2)) * 20
@@ -148,7 +148,6 @@ def bit_vector_rows(args: argparse.Namespace) -> List[Row]:
     rows.append(("RAPPOR aggregate, k = 10^4", f"{n_agg:,} reports, {gb:.2f} GB "
                  f"({gb / t:.1f} GB/s)", t, "numpy unpackbits + sum (scaled)", t_peer,
                  "one read of the bytes (numpy max)", read_bound(reports, args.repeats)))
-    del reports
 
     # Simulation: SS's exact scan against RAPPOR's per-bit binomials, n = 10^6.
     counts = rng.multinomial(1_000_000, np.full(k, 1.0 / k)).astype(np.uint64)
