@@ -814,6 +814,12 @@ pub fn clear_padding(row: &mut [u8], bits: u64) {
     }
 }
 
+/// The number of set bits of a packed row.
+#[inline]
+pub fn ones(row: &[u8]) -> u64 {
+    row.iter().map(|b| b.count_ones() as u64).sum()
+}
+
 /// Bit j of a packed row.
 #[inline(always)]
 pub fn get_bit(row: &[u8], j: u64) -> bool {

@@ -109,7 +109,7 @@
 use super::randomized_response::{epsilon_too_small, round_down, PRIVACY_MARGIN_ULPS};
 use super::unary_encoding::BernoulliLanes;
 use super::{
-    check_domain, check_epsilon, clear_bit, clear_padding, get_bit, set_bit, BitMechanism,
+    check_domain, check_epsilon, clear_bit, clear_padding, get_bit, ones, set_bit, BitMechanism,
     SymmetricEstimator,
 };
 use crate::error::{Error, Result};
@@ -459,7 +459,7 @@ impl BitMechanism for SubsetSelection {
         self.sample_with(rng, x, row, DENSE_SAMPLER_MIN_FRACTION)
     }
     fn valid_row(&self, row: &[u8]) -> bool {
-        row.iter().map(|b| b.count_ones() as u64).sum::<u64>() == self.d
+        ones(row) == self.d
     }
 }
 
@@ -501,7 +501,7 @@ impl SubsetSelection {
             self.lanes.fill(rng, row);
             clear_padding(row, self.k);
             clear_bit(row, x);
-            let mut c: u64 = row.iter().map(|b| b.count_ones() as u64).sum();
+            let mut c = ones(row);
             while c > m {
                 let t = uniform_below_u64(rng, self.k);
                 if get_bit(row, t) {

@@ -148,11 +148,7 @@ impl BernoulliLanes {
         let mut undecided = !0u64;
         let mut ones = 0u64;
         for &digit in self.digits.get(start..).unwrap_or(&[]) {
-            let u = rng.next_u64();
-            // Lanes whose digit of U is 0 where p's is 1: U < p.
-            ones |= undecided & !u & digit;
-            // Lanes still equal to p's expansion so far.
-            undecided &= !(u ^ digit);
+            compare_digit(rng.next_u64(), digit, &mut ones, &mut undecided);
             if undecided == 0 {
                 return ones;
             }
@@ -196,7 +192,6 @@ impl BernoulliLanes {
     fn fill_with<D: Deposit, R: Rng + ?Sized>(&self, rng: &mut R, out: &mut [u8]) {
         let mut stragglers = Stragglers::default();
         let mut random = [0u8; 8 * FULL_LEVELS * BLOCK_WORDS];
-        let more_digits = FULL_LEVELS < self.digits.len();
         for block in out.chunks_mut(8 * BLOCK_WORDS) {
             // The top level of `lanes`, for a block of words at once: the random words come
             // in one call, and the digit comparisons vectorize.
@@ -213,16 +208,11 @@ impl BernoulliLanes {
                     .zip(level_words.chunks_exact(8))
                 {
                     let u = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
-                    *one |= *open & !u & digit;
-                    *open &= !(u ^ digit);
+                    compare_digit(u, digit, one, open);
                 }
             }
-            for ((bytes, mut one), open) in block.chunks_mut(8).zip(ones).zip(undecided) {
-                if open != 0 && more_digits {
-                    let drawn =
-                        self.straggler_lanes::<D, R>(rng, &mut stragglers, 1, open.count_ones());
-                    one |= D::deposit(drawn, open);
-                }
+            for ((bytes, ones), open) in block.chunks_mut(8).zip(ones).zip(undecided) {
+                let one = self.settle::<D, R>(rng, &mut stragglers, 1, ones, open);
                 let len = bytes.len();
                 bytes.copy_from_slice(&one.to_le_bytes()[..len]);
             }
@@ -245,17 +235,28 @@ impl BernoulliLanes {
         let mut ones = 0u64;
         for level in 0..FULL_LEVELS {
             let digit = self.digit(start + level);
-            let u = rng.next_u64();
-            ones |= undecided & !u & digit;
-            undecided &= !(u ^ digit);
+            compare_digit(rng.next_u64(), digit, &mut ones, &mut undecided);
         }
-        if undecided != 0 && start + FULL_LEVELS < self.digits.len() {
-            let drawn =
-                self.straggler_lanes::<D, R>(rng, stragglers, depth + 1, undecided.count_ones());
-            ones |= D::deposit(drawn, undecided);
+        self.settle::<D, R>(rng, stragglers, depth + 1, ones, undecided)
+    }
+
+    /// `ones` with its `undecided` lanes (those equal to p's first `FULL_LEVELS·depth`
+    /// digits) decided by the next lanes of the depth-`depth` reservoir.
+    #[inline(always)]
+    fn settle<D: Deposit, R: Rng + ?Sized>(
+        &self,
+        rng: &mut R,
+        stragglers: &mut Stragglers,
+        depth: usize,
+        ones: u64,
+        undecided: u64,
+    ) -> u64 {
+        if undecided == 0 || FULL_LEVELS * depth >= self.digits.len() {
+            // p's expansion has ended: the undecided lanes have U ≥ p.
+            return ones;
         }
-        // Otherwise p's expansion has ended: the undecided lanes have U ≥ p.
-        ones
+        let drawn = self.straggler_lanes::<D, R>(rng, stragglers, depth, undecided.count_ones());
+        ones | D::deposit(drawn, undecided)
     }
 
     /// The next `n` (1 ≤ n ≤ 64) lanes of the depth-`depth` reservoir, in its low bits.
@@ -279,6 +280,15 @@ impl BernoulliLanes {
         stragglers.avail[slot] = 64 - need;
         low_bits(word | shift_left(fresh, avail), n)
     }
+}
+
+/// One digit of U (the bits of `u`, one per lane) against p's (`digit`, all lanes equal):
+/// lanes still undecided where U's digit is 0 and p's is 1 have U < p (a 1); lanes where
+/// the digits differ are decided; the rest stay undecided.
+#[inline(always)]
+fn compare_digit(u: u64, digit: u64, ones: &mut u64, undecided: &mut u64) {
+    *ones |= *undecided & !u & digit;
+    *undecided &= !(u ^ digit);
 }
 
 /// Digits of p decided by whole random words at each depth of [`BernoulliLanes::fill`].
