@@ -245,12 +245,8 @@ fn shifted_threshold<C: Check>(
     };
 
     // Step 1: maxima and sums.
-    parts.for_each_group(|(input, _, summaries, _)| {
-        for (chunk, summary) in input.chunks(CHUNK).zip(summaries) {
-            check()?;
-            *summary = summarize_chunk(chunk);
-        }
-        Ok(())
+    parts.for_each_chunk(check, false, |chunk, _, summary, _| {
+        *summary = summarize_chunk(chunk)
     })?;
     if parts.summaries.iter().any(|s| !s.finite) {
         check_finite(v, WHAT)?;
@@ -361,6 +357,29 @@ impl Parts<'_> {
         }
     }
 
+    /// `work` on every chunk, with its scratch segment, its summary and its group's histogram
+    /// (cleared first if `clear_histograms`); `check` runs before each chunk.
+    fn for_each_chunk<C, F>(&mut self, check: &C, clear_histograms: bool, work: F) -> Result<()>
+    where
+        C: Check,
+        F: Fn(&[f64], &mut [f64], &mut ChunkSummary, &mut Histogram) + Sync + Send,
+    {
+        self.for_each_group(|(input, segments, summaries, hist)| {
+            if clear_histograms {
+                hist.fill(Bucket::EMPTY);
+            }
+            for ((chunk, segment), summary) in input
+                .chunks(CHUNK)
+                .zip(segments.chunks_mut(CHUNK))
+                .zip(summaries)
+            {
+                check()?;
+                work(chunk, segment, summary, hist);
+            }
+            Ok(())
+        })
+    }
+
     /// The group histograms added in index order.
     fn combined(&self) -> Vec<Bucket> {
         let mut total = vec![Bucket::EMPTY; BUCKETS];
@@ -383,17 +402,8 @@ impl Parts<'_> {
         buckets: Buckets,
         check: &C,
     ) -> Result<Vec<Bucket>> {
-        self.for_each_group(|(input, segments, summaries, hist)| {
-            hist.fill(Bucket::EMPTY);
-            for ((chunk, segment), summary) in input
-                .chunks(CHUNK)
-                .zip(segments.chunks_mut(CHUNK))
-                .zip(summaries)
-            {
-                check()?;
-                summary.kept = filter_chunk(chunk, segment, range, buckets, hist);
-            }
-            Ok(())
+        self.for_each_chunk(check, true, |chunk, segment, summary, hist| {
+            summary.kept = filter_chunk(chunk, segment, range, buckets, hist)
         })?;
         Ok(self.combined())
     }
@@ -411,23 +421,10 @@ impl Parts<'_> {
             above: f64::NEG_INFINITY,
             top: f64::INFINITY,
         };
-        self.for_each_group(|(input, segments, summaries, hist)| {
-            hist.fill(Bucket::EMPTY);
-            for ((chunk, segment), summary) in input
-                .chunks(CHUNK)
-                .zip(segments.chunks_mut(CHUNK))
-                .zip(summaries)
-            {
-                check()?;
-                let n = if summary.kept == IN_INPUT {
-                    copy_candidates(chunk, segment, band)
-                } else {
-                    retain_candidates(&mut segment[..summary.kept as usize], band)
-                };
-                (_, summary.least, summary.most) = count_into(&segment[..n], all, buckets, hist);
-                summary.kept = n as u32;
-            }
-            Ok(())
+        self.for_each_chunk(check, true, |chunk, segment, summary, hist| {
+            let n = keep_in_segment(chunk, segment, summary.kept, band);
+            (_, summary.least, summary.most) = count_into(&segment[..n], all, buckets, hist);
+            summary.kept = n as u32;
         })?;
         let (least, most) = self
             .summaries
@@ -442,20 +439,8 @@ impl Parts<'_> {
     /// Copy the candidates in `range` to the start of the scratch buffer (in index order);
     /// their number.
     fn gather<C: Check>(&mut self, range: impl Keep, check: &C) -> Result<usize> {
-        self.for_each_group(|(input, segments, summaries, _)| {
-            for ((chunk, segment), summary) in input
-                .chunks(CHUNK)
-                .zip(segments.chunks_mut(CHUNK))
-                .zip(summaries)
-            {
-                check()?;
-                summary.kept = if summary.kept == IN_INPUT {
-                    copy_candidates(chunk, segment, range)
-                } else {
-                    retain_candidates(&mut segment[..summary.kept as usize], range)
-                } as u32;
-            }
-            Ok(())
+        self.for_each_chunk(check, false, |chunk, segment, summary, _| {
+            summary.kept = keep_in_segment(chunk, segment, summary.kept, range) as u32
         })?;
         // Segment c starts at c·CHUNK ≥ the total kept before it: moves go downwards.
         let mut n = 0;
@@ -669,6 +654,16 @@ fn sorted_threshold(u: &mut [f64], shift: f64, prefix: (f64, usize), parallel: b
         }
     }
     theta
+}
+
+/// The chunk's candidates in `range` into the start of its segment: copied from the chunk
+/// while `kept` is [`IN_INPUT`], else filtered among the `kept` already there; how many.
+fn keep_in_segment(chunk: &[f64], segment: &mut [f64], kept: u32, range: impl Keep) -> usize {
+    if kept == IN_INPUT {
+        copy_candidates(chunk, segment, range)
+    } else {
+        retain_candidates(&mut segment[..kept as usize], range)
+    }
 }
 
 /// Copy the entries of `chunk` in `range` to the start of `segment` (branch-free); their
