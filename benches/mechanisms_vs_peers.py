@@ -85,8 +85,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         # Same reports decoded by ldpdist: the conventions agree (row x+1, K = 2^ceil(log2(k+1))).
         if eps < np.log(2):
             ours = ldpdist.HadamardResponse(k, eps)
-            t, est = timed(lambda: ours.estimate(np.asarray(reports, dtype=np.uint64),
-                                                 decoder="normalize"), args.repeats)
+            # reports made by another implementation: declared with as_reports
+            t, est = timed(lambda: ours.estimate(
+                ours.as_reports(np.asarray(reports, dtype=np.uint64)), decoder="normalize"),
+                args.repeats)
             add("HR aggregate+estimate", "ldpdist on reference reports", n, t, est)
 
     # --- multi-freq-ldpy ------------------------------------------------------------------

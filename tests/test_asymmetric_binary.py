@@ -1,5 +1,6 @@
-"""AsymmetricBinaryResponse: Theorem 2 of the context-aware LDP paper with the corrected eq. (9)
-(shared/notes/context-aware.md, M1), its special cases, exactness, the optimality vertices of
+"""AsymmetricBinaryResponse: Theorem 2 of the context-aware LDP paper (Acharya, Bonawitz,
+Kairouz, Ramage, Sun, ICML 2020) with the corrected eq. (9) (docs page Mechanisms ›
+Context-aware LDP, docs/mechanisms/context-aware.md), its special cases, exactness, the optimality vertices of
 the proof (eqs. (27), (28) with the note's erratum), the spec of infinite budgets and bad input.
 The shared contract (tests/test_mechanisms.py) covers the rest."""
 
@@ -386,8 +387,9 @@ def test_bad_arguments_values_and_reports():
     reports = mech.privatize([0, 1, 1], seed=1)
     assert reports.dtype == np.uint8 and set(reports.tolist()) <= {0, 1}
     with pytest.raises(ValueError, match=r"reports\[1\] = 2"):
-        mech.estimate(np.array([0, 2, 1], dtype=np.uint8))
-    agg = mech.aggregator().add(np.array([0, 2, 1, 7], dtype=np.uint8), on_invalid="drop")
+        mech.estimate(mech.as_reports(np.array([0, 2, 1], dtype=np.uint8)))
+    agg = mech.aggregator().add(mech.as_reports(np.array([0, 2, 1, 7], dtype=np.uint8)),
+                                on_invalid="drop")
     assert (agg.n, agg.dropped) == (2, 2)
     with pytest.raises(ValueError, match="true_counts must have shape"):
         mech.simulate([1, 2, 3])

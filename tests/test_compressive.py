@@ -213,7 +213,7 @@ def test_bad_parameters():
     with pytest.raises(ValueError, match=r"values\[1\] = 100"):
         mech.privatize([3, 100])
     with pytest.raises(ValueError, match=r"reports\[0\] = 10"):
-        mech.estimate(np.array([10, 1, 2], dtype=np.uint8))
+        mech.estimate(mech.as_reports(np.array([10, 1, 2], dtype=np.uint8)))
     assert ldpdist.from_dict(json.loads(json.dumps(mech.to_dict()))) == mech
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -116,6 +116,42 @@ def test_dataframe_column(client):
     np.testing.assert_array_equal(from_column.compute(), from_array.compute())
 
 
+def test_provenance_travels_with_the_collection(client):
+    """ldask.privatize's blocks and meta are Reports of the spec, also across worker
+    processes (a serializer for Reports is registered with distributed); aggregate refuses
+    another spec before computing (meta) or on the workers (partitions), and takes untagged
+    partitions as the mechanism's reports (the documented declaration)."""
+    mechanism = ldpdist.HadamardResponse(k=64, epsilon=1.0)
+    other = ldpdist.HadamardResponse(k=64, epsilon=2.0)
+    values = np.random.default_rng(4).integers(0, 64, 3000)
+    # chunks of block_size: no rechunk tasks, whose keys dask's scheduler can keep after
+    # a graph is submitted twice (dask issue 9888), which client.restart() then refuses
+    lazy = ldask.privatize(mechanism, da.from_array(values, chunks=1000), seed=3,
+                           block_size=1000)
+    assert isinstance(lazy._meta, ldpdist.Reports)
+    assert lazy._meta.fingerprint == mechanism.fingerprint
+    assert isinstance(lazy[100:2000].rechunk(300)._meta, ldpdist.Reports)
+    assert not isinstance((lazy + 0)._meta, ldpdist.Reports)  # arithmetic drops the tag
+    computed = lazy.compute()  # blocks computed in worker processes, joined here
+    assert type(computed) is ldpdist.Reports and computed.fingerprint == mechanism.fingerprint
+    block = lazy.blocks[1].compute()
+    assert type(block) is ldpdist.Reports and block.fingerprint == mechanism.fingerprint
+    with pytest.raises(ldpdist.SpecMismatchError, match="reports of HadamardResponse"):
+        ldask.aggregate(other, lazy, compute=False)  # nothing computed
+    with pytest.raises(ldpdist.SpecMismatchError):
+        ldask.aggregate(other, da.from_array(computed, chunks=1000))
+    # meta untagged, partitions tagged: checked where each partition is counted (in this
+    # process: a failed distributed run would leave its tasks on the shared scheduler)
+    untagged_meta = lazy.map_blocks(lambda b: b, meta=np.empty(0, dtype=computed.dtype))
+    assert not isinstance(untagged_meta._meta, ldpdist.Reports)
+    with pytest.raises(ldpdist.SpecMismatchError):
+        ldask.aggregate(other, untagged_meta, compute=False).compute(scheduler="synchronous")
+    expected = in_memory(mechanism, computed)
+    for collection in (lazy, untagged_meta, da.from_array(np.asarray(computed), chunks=800)):
+        np.testing.assert_array_equal(ldask.aggregate(mechanism, collection).counts,
+                                      expected.counts)
+
+
 def test_partitions_are_counted_once(client):
     mechanism = ldpdist.HadamardResponse(k=64, epsilon=1.0)
     reports = da.from_array(mechanism.privatize(np.arange(2000) % 64, seed=1), chunks=500)
@@ -215,5 +251,6 @@ def test_unaligned_buffers_are_accepted(cls):
         shifted = shifted.reshape(reports.shape)
         shifted[...] = reports
         assert not shifted.flags.aligned
-        np.testing.assert_array_equal(in_memory(mechanism, shifted).counts,
+        declared = mechanism.as_reports(shifted)  # a buffer made here: declared
+        np.testing.assert_array_equal(in_memory(mechanism, declared).counts,
                                       in_memory(mechanism, reports).counts)

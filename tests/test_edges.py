@@ -144,7 +144,7 @@ def test_odd_python_objects_give_clear_errors():
         with pytest.raises(TypeError, match="values must be a 1-D array"):
             mech.privatize(ragged)
         with pytest.raises(TypeError, match="reports must be a 1-D array"):
-            mech.aggregator().add(ragged)
+            mech.aggregator().add(mech.as_reports(ragged))
         with pytest.raises(TypeError, match="true_counts must be a 1-D array"):
             mech.simulate(ragged)
     array = np.array([1, 2])
@@ -155,8 +155,8 @@ def test_odd_python_objects_give_clear_errors():
     with pytest.raises(ValueError, match="matrix must be one of"):
         ldpdist.CompressivePrivatization(64, 1.0, m=16, seed=1, matrix=array)
     with pytest.raises(ValueError, match="model must be one of"):
-        ldpdist.CompressivePrivatization(64, 1.0, m=16, seed=1).estimate(
-            np.array([1, 2], np.uint8), model=array)
+        cp = ldpdist.CompressivePrivatization(64, 1.0, m=16, seed=1)
+        cp.estimate(cp.as_reports(np.array([1, 2], np.uint8)), model=array)
 
 
 def test_hadamard_response_with_more_than_2_pow_32_outputs_privatizes():
@@ -197,11 +197,11 @@ def test_ibu_on_reports_with_no_bit_set_returns_a_distribution(cls):
     width = -(-mech.output_size // 8)
     if cls is ldpdist.SubsetSelection:
         zeros = np.zeros((0, width), dtype=np.uint8)  # every SS report has d ones
-        aggregator = mech.aggregator().add(zeros)
+        aggregator = mech.aggregator().add(mech.as_reports(zeros))
         with pytest.raises(ValueError, match="no reports"):
             aggregator.estimate("ibu")
         return
-    estimate = mech.estimate(np.zeros((50, width), dtype=np.uint8), "ibu")
+    estimate = mech.estimate(mech.as_reports(np.zeros((50, width), dtype=np.uint8)), "ibu")
     assert estimate.shape == (12,) and np.all(estimate >= 0)
     assert estimate.sum() == pytest.approx(1.0, abs=1e-12)
 

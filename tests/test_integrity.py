@@ -251,7 +251,7 @@ def test_merge_and_add_never_wrap():
     ldpdist.Aggregator.from_bytes(big.to_bytes())  # still serializable (was struct.error)
     full = ldpdist.Aggregator.from_bytes(forge_state(mech, [U64, 0, 0], n=U64))
     with pytest.raises(ValueError, match="2\\^64"):
-        full.add(np.array([0], dtype=np.uint8))
+        full.add(mech.as_reports(np.array([0], dtype=np.uint8)))
     assert full.n == U64 and int(full.counts[0]) == U64
     with pytest.raises(ValueError, match="2\\^64"):
         mech.simulate(np.array([2**63, 2**63, 0], dtype=np.uint64))

@@ -27,11 +27,15 @@ def test_reference_reports_decode_to_the_reference_estimate(k, epsilon):
     rng = np.random.default_rng(k)
     values = rng.choice(k, size=20_000, p=rng.dirichlet(np.ones(k)))
     random.seed(k)  # the reference code samples with Python's global generator
-    reports = np.asarray(ref.encode_string(values), dtype=np.uint64)
+    plain = np.asarray(ref.encode_string(values), dtype=np.uint64)
+    reports = ours.as_reports(plain)  # made by another implementation: declared
     for normalization, decoder in ((0, "normalize"), (1, "project")):
-        np.testing.assert_allclose(ours.estimate(reports, decoder=decoder),
-                                   ref.decode_string(list(reports), normalization=normalization),
+        expected = ref.decode_string(list(plain), normalization=normalization)
+        np.testing.assert_allclose(ours.estimate(reports, decoder=decoder), expected,
                                    rtol=0, atol=1e-9)
+        # the reference-code alias takes the reference code's plain arrays as they are
+        np.testing.assert_allclose(ours.decode_string(plain, normalization=normalization),
+                                   expected, rtol=0, atol=1e-9)
 
 
 def test_our_reports_follow_the_reference_channel():

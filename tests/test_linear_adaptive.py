@@ -1,5 +1,6 @@
-"""ldpdist.linear.AdaptiveLinearQueries: adaptive sample splitting (Algorithm 6 of
-papers/linear-queries-ldp.txt), pure ε-LDP with one bit per user.
+"""ldpdist.linear.AdaptiveLinearQueries: adaptive sample splitting (Algorithm 6 of Bassily,
+"Linear Queries Estimation with Local Differential Privacy", AISTATS 2019), pure ε-LDP with
+one bit per user.
 
 Exact checks (unbiasedness and the privacy ratio from the exact probabilities the sampler
 uses; the round assignment and the replies recomputed from the specification alone),

@@ -1,6 +1,7 @@
 """ldpdist.linear: the exact L2 sensitivity, the Gaussian calibrations and the Gaussian
-protocol (Algorithms 1/2 of papers/linear-queries-ldp.txt, corrected per
-notes/linear-queries.md erratum 1)."""
+protocol (Algorithms 1/2 of Bassily, "Linear Queries Estimation with Local Differential
+Privacy", AISTATS 2019, corrected by the sensitivity erratum on the docs page Mechanisms ›
+Linear queries, docs/mechanisms/linear-queries.md)."""
 
 from __future__ import annotations
 
@@ -239,15 +240,15 @@ def test_bad_values_reports_and_options():
     with pytest.raises(TypeError):
         mech.privatize([0.5])
     with pytest.raises(ValueError, match=r"\(n, 3\)"):
-        mech.estimate(np.zeros((4, 2)))
+        mech.estimate(mech.as_reports(np.zeros((4, 2))))
     with pytest.raises(TypeError, match="float64"):
-        mech.estimate(np.zeros((4, 3), dtype=np.float32))
+        mech.estimate(mech.as_reports(np.zeros((4, 3), dtype=np.float32)))
     bad = np.zeros((5, 3))
     bad[3, 2] = np.nan
     with pytest.raises(ValueError, match=r"reports\[3, 2\]"):
-        mech.estimate(bad)
+        mech.estimate(mech.as_reports(bad))
     with pytest.raises(ValueError, match="zero reports"):
-        mech.estimate(np.zeros((0, 3)))
+        mech.estimate(mech.as_reports(np.zeros((0, 3))))
     with pytest.raises(ValueError, match="calibration"):
         make(np.eye(3), 1.0, 1e-5, calibration="fast")
     with pytest.raises(TypeError):
@@ -311,3 +312,29 @@ def test_unconverged_projection_warns_with_its_gap(monkeypatch):
     monkeypatch.setattr(ldpdist.kernels, "project_hull", one_iteration)
     with pytest.warns(RuntimeWarning, match="duality gap"):
         mech.estimate(reports, projection="symmetric", tol=1e-300)
+
+
+def test_reports_carry_the_protocol_spec():
+    """privatize returns ldpdist.Reports of the protocol's spec; estimate refuses a plain
+    array (unless declared with as_reports) and another protocol's reports (another σ or
+    query matrix with the same report width would give a wrong mean without an error)."""
+    mech = make(np.eye(3), 1.0, 1e-5)
+    reports = mech.privatize([0, 1, 2] * 50, seed=2)
+    assert type(reports) is ldpdist.Reports and reports.fingerprint == mech.fingerprint
+    assert reports.mechanism == "GaussianLinearQueries" and "queries" not in reports.spec
+    assert reports.spec["queries_sha256"] == mech.to_dict()["queries_sha256"]
+    with pytest.raises(TypeError, match=r"GaussianLinearQueries.estimate takes reports, got a "
+                                        r"plain ndarray \(dtype float64, shape \(150, 3\)\).*"
+                                        r"protocol.as_reports\(array\)"):
+        mech.estimate(np.asarray(reports))
+    declared = mech.as_reports(np.asarray(reports))
+    assert np.shares_memory(declared, reports)
+    np.testing.assert_array_equal(mech.estimate(declared), mech.estimate(reports))
+    np.testing.assert_array_equal(mech.estimate(reports[:75]),
+                                  mech.estimate(declared[:75]))  # slices keep the tag
+    for other in (make(np.eye(3), 2.0, 1e-5), make(np.eye(3)[::-1], 1.0, 1e-5),
+                  ldpdist.linear.RejectionSamplingLinearQueries(np.eye(3), 1.0, 150)):
+        assert other.fingerprint != mech.fingerprint
+        with pytest.raises(ldpdist.SpecMismatchError, match="reports of GaussianLinearQueries"):
+            other.estimate(reports)
+    assert make(np.eye(3), 1.0, 1e-5).fingerprint == mech.fingerprint  # the same spec

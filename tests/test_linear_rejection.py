@@ -1,6 +1,8 @@
-"""ldpdist.linear.RejectionSamplingLinearQueries: Algorithms 3/4 of
-papers/linear-queries-ldp.txt with the clipped acceptance probability of
-notes/linear-queries.md (erratum 2): pure ε-LDP and unbiased; the printed version is neither."""
+"""ldpdist.linear.RejectionSamplingLinearQueries: Algorithms 3/4 of Bassily, "Linear Queries
+Estimation with Local Differential Privacy" (AISTATS 2019), with the clipped acceptance
+probability of the rejection-sampling erratum (docs page Mechanisms › Linear queries,
+docs/mechanisms/linear-queries.md): pure ε-LDP and unbiased; the printed version is
+neither."""
 
 from __future__ import annotations
 
@@ -141,13 +143,13 @@ def test_reports_and_estimate():
     assert count == mask.sum()
     np.testing.assert_allclose(mean, reports[mask].mean(axis=0), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="no accepted report"):
-        mech.estimate(np.full((4, 3), np.nan))
+        mech.estimate(mech.as_reports(np.full((4, 3), np.nan)))
     partial = reports.copy()
     partial[np.argmax(mask), 1] = np.nan
     with pytest.raises(ValueError, match="NaN only"):
         mech.estimate(partial)
     with pytest.raises(ValueError, match=r"\(n, 3\)"):
-        mech.estimate(np.zeros((2, 4)))
+        mech.estimate(mech.as_reports(np.zeros((2, 4))))
 
 
 @pytest.mark.parametrize("args, kwargs, error, match", [
@@ -181,3 +183,21 @@ def test_spec_round_trip():
     again = RejectionSamplingLinearQueries.from_dict(json.loads(json.dumps(mech.to_dict())))
     assert again.sigma == mech.sigma and again.n_users == 5000 and again.r == 1.2
     assert np.array_equal(again.queries, mech.queries)
+
+
+def test_reports_carry_the_protocol_spec():
+    import ldpdist
+
+    mech = make(np.eye(3), 1.0, 1000)
+    reports = mech.privatize([0, 1, 2] * 50, seed=2)
+    assert type(reports) is ldpdist.Reports and reports.fingerprint == mech.fingerprint
+    with pytest.raises(TypeError, match="estimate_with_count takes reports.*as_reports"):
+        mech.estimate_with_count(np.asarray(reports))
+    with pytest.raises(TypeError, match="as_reports"):
+        mech.estimate(np.asarray(reports))
+    declared = mech.as_reports(np.asarray(reports))
+    assert mech.estimate_with_count(declared)[1] == mech.estimate_with_count(reports)[1]
+    np.testing.assert_array_equal(mech.estimate(declared), mech.estimate(reports))
+    with pytest.raises(ldpdist.SpecMismatchError):
+        make(np.eye(3), 1.0, 2000).estimate(reports)  # σ depends on n_users
+    assert mech.accepted(np.asarray(reports)).sum() == mech.estimate_with_count(reports)[1]

@@ -197,7 +197,8 @@ def test_malformed_reports_are_rejected_or_dropped():
     mech = OptimizedLocalHashing(20, 1.0)
     size = mech.output_size
     good = mech.privatize(np.arange(20), seed=1)
-    bad = np.concatenate([good[:5], [size, size + 7], good[5:]]).astype(np.uint64)
+    bad = mech.as_reports(
+        np.concatenate([good[:5], [size, size + 7], good[5:]]).astype(np.uint64))
     agg = mech.aggregator()
     with pytest.raises(ValueError, match=rf"reports\[5\] = {size}"):
         agg.add(bad)
@@ -206,7 +207,7 @@ def test_malformed_reports_are_rejected_or_dropped():
     assert (agg.n, agg.dropped) == (20, 2)
     np.testing.assert_array_equal(agg.counts, mech.aggregator().add(good).counts)
     with pytest.raises(ValueError, match="negative"):
-        mech.aggregator().add(np.array([0, -1, 2]))
+        mech.aggregator().add(mech.as_reports(np.array([0, -1, 2])))
     # Every privatized report is in range.
     assert int(mech.privatize(np.full(10_000, 19), seed=2).max()) < size
 

@@ -353,7 +353,7 @@ def bassily_bound(k, n, epsilon):
 
 @pytest.mark.parametrize("k,n", [(1000, 2_000), (1000, 200_000), (16, 5_000)])
 def test_projected_hadamard_response_is_within_bassily_theorem_4_2(k, n):
-    # shared/notes/linear-queries.md: E||p_hat - p||_2 <= min((256 c^2 ln J / n)^(1/4),
+    # Bassily (AISTATS 2019), Theorem 4.2: E||p_hat - p||_2 <= min((256 c^2 ln J / n)^(1/4),
     # sqrt(4 c^2 J / n)), c = (e^eps + 1)/(e^eps - 1); Dirichlet(0.5) p, 20 runs, eps = 1.
     # Algorithm 5 is the high-privacy HR (blocks=1) at every epsilon.
     epsilon, runs = 1.0, 20
@@ -594,8 +594,8 @@ def test_malformed_index_reports_are_rejected_or_dropped(cls):
     assert agg.n == 97 and agg.dropped == 3
     clean = mech.aggregator().add(np.delete(good, [5, 17, 60]))
     np.testing.assert_array_equal(agg.counts, clean.counts)
-    with pytest.raises(TypeError):
-        mech.estimate(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="reports must be integers, got dtype float64"):
+        mech.estimate(mech.as_reports(np.array([1.0, 2.0])))
     with pytest.raises(ValueError, match="on_invalid"):
         mech.aggregator().add(good, on_invalid="ignore")
 
@@ -619,3 +619,196 @@ def test_requests_too_large_for_memory_fail_before_allocating(cls):
         # 2k + 1 counts: 64 GiB at k = 2^32, refused before anything is allocated.
         with pytest.raises(MemoryError, match="needs .* more than the memory budget"):
             make(cls, 2**32, 1.0).aggregator()
+
+
+# -- typed reports: privatize returns ldpdist.Reports, a plain array is never counted ---------
+
+# Every mechanism, compressive privatization included (its own suite builds it otherwise).
+TYPED = MECHANISMS + [ldpdist.CompressivePrivatization]
+TYPED_IDS = IDS + ["CompressivePrivatization"]
+
+
+def typed_mechanism(cls, epsilon=1.0):
+    if cls is ldpdist.CompressivePrivatization:
+        return cls(k=64, epsilon=epsilon, m=16, seed=3)
+    return make(cls, k_for(cls, 16), epsilon)
+
+
+def typed_reports(mech, n=500, seed=1):
+    values = np.random.default_rng(seed).integers(0, mech.k, n)
+    return values, privatize(mech, values, seed)
+
+
+def assert_unchanged(agg):
+    assert agg.n == 0 and agg.dropped == 0 and not agg.counts.any() and not agg.batches
+
+
+@pytest.mark.parametrize("cls", TYPED, ids=TYPED_IDS)
+def test_values_passed_for_reports_are_refused_with_a_clear_message(cls):
+    """The mix-up of issue 21: the users' values given where reports belong. For most index
+    mechanisms values in [0, k) are valid reports, so without the type check they would be
+    counted silently; the message says what was passed and how to declare real reports."""
+    mech = typed_mechanism(cls)
+    values, reports = typed_reports(mech)
+    name = type(mech).__name__
+    agg = mech.aggregator()
+    for where, call in (("Aggregator.add", agg.add), (f"{name}.estimate", mech.estimate)):
+        with pytest.raises(TypeError) as refused:
+            call(values)
+        message = str(refused.value)
+        assert message.startswith(f"{where} takes reports, got a plain ndarray (dtype "
+                                  f"{values.dtype}, shape ({values.size},))"), message
+        for part in (f"{name}.privatize returns ldpdist.Reports",
+                     "users' values instead of their reports",
+                     "declare them: mech.as_reports(array)"):
+            assert part in message, message
+        with pytest.raises(TypeError, match=rf"got a list of {values.size} items"):
+            call(values.tolist())
+        with pytest.raises(TypeError, match="as_reports"):
+            call(np.asarray(reports))  # real reports with the tag stripped: still undeclared
+    assert_unchanged(agg)
+    if hasattr(mech, "split_reports"):
+        with pytest.raises(TypeError, match=f"{name}.split_reports takes reports"):
+            mech.split_reports(values)
+    with pytest.raises(TypeError, match="encode_reports takes reports"):
+        ldpdist.reports.encode_reports(mech, values)  # a file would stamp the spec on them
+    # the same data declared is counted (the opt-in), and the refusal was only the type
+    assert mech.aggregator().add(mech.as_reports(np.asarray(reports))).n == values.size
+
+
+@pytest.mark.parametrize("cls", TYPED, ids=TYPED_IDS)
+def test_reports_of_another_spec_are_refused(cls):
+    mech, other = typed_mechanism(cls, 1.0), typed_mechanism(cls, 2.0)
+    assert mech.fingerprint != other.fingerprint
+    _, reports = typed_reports(mech)
+    assert reports.fingerprint == mech.fingerprint and reports.mechanism == type(mech).__name__
+    agg = other.aggregator()
+    for call in (agg.add, other.estimate, other.as_reports):
+        with pytest.raises(ldpdist.SpecMismatchError) as refused:
+            call(reports)
+        message = str(refused.value)  # names both specs, as the file flow does
+        assert f"reports of {mech!r}, not of {other!r}" in message, message
+    assert_unchanged(agg)
+    with pytest.raises(ldpdist.SpecMismatchError):
+        other.aggregator().add(reports[:10])  # a slice is still the first spec's
+    with pytest.raises(ldpdist.SpecMismatchError):
+        ldpdist.reports.encode_reports(other, reports)
+    if hasattr(mech, "split_reports"):
+        with pytest.raises(ldpdist.SpecMismatchError):
+            other.split_reports(reports)
+
+
+@pytest.mark.parametrize("cls", TYPED, ids=TYPED_IDS)
+def test_declared_reports_count_exactly_like_privatized_ones(cls):
+    mech = typed_mechanism(cls)
+    _, reports = typed_reports(mech)
+    assert type(reports) is ldpdist.Reports and isinstance(reports, np.ndarray)
+    # privatize wraps the core's array without copying it: a view of a plain ndarray
+    assert not reports.flags.owndata and type(reports.base) is np.ndarray
+    assert reports.base.shape == reports.shape and np.shares_memory(reports, reports.base)
+    assert reports.ctypes.data == reports.base.ctypes.data
+    plain = np.array(reports)  # a copy without the tag, as read from another system
+    assert type(plain) is np.ndarray and not hasattr(plain, "fingerprint")
+    declared = mech.as_reports(plain)
+    assert type(declared) is ldpdist.Reports and declared.fingerprint == mech.fingerprint
+    assert np.shares_memory(declared, plain) and declared.base is plain  # no copy either
+    assert mech.as_reports(reports) is reports  # already this spec's
+    counted = mech.aggregator().add(reports)
+    again = mech.aggregator().add(declared)
+    np.testing.assert_array_equal(counted.counts, again.counts)
+    assert counted.n == again.n == len(reports)
+    np.testing.assert_array_equal(mech.estimate(declared, "raw"), mech.estimate(reports, "raw"))
+    if mech.report_kind != "bits":  # a hand-written case: a list declared
+        listed = mech.as_reports(reports.tolist())
+        np.testing.assert_array_equal(mech.aggregator().add(listed).counts, counted.counts)
+    # the reference-code decoder is the interoperability entry point: plain arrays as they are
+    np.testing.assert_allclose(mech.decode_string(plain, normalization=1),
+                               mech.estimate(reports, "project"), rtol=0, atol=1e-12)
+    with pytest.raises(ldpdist.SpecMismatchError):
+        typed_mechanism(cls, 2.0).decode_string(reports)
+
+
+@pytest.mark.parametrize("cls", [ldpdist.HadamardResponse, ldpdist.RAPPOR],
+                         ids=["index", "bits"])
+def test_reports_keep_their_tag_where_the_data_is_still_reports(cls):
+    """Views, slices, subsets, copies, astype, joins of one spec, pickling keep the tag;
+    arithmetic, other specs and plain arrays drop it."""
+    import copy
+    import io
+    import pickle
+
+    mech = make(cls, 16, 1.0)
+    _, reports = typed_reports(mech, n=100)
+    fp = mech.fingerprint
+
+    def tagged(x):
+        return type(x) is ldpdist.Reports and x.fingerprint == fp and x.mechanism == cls.__name__
+
+    kept = {
+        "slice": reports[10:50], "step": reports[::3], "fancy": reports[[3, 1, 4, 1, 5]],
+        "boolean": reports[np.arange(100) % 2 == 0], "view": reports.view(),
+        "copy": reports.copy(), "copy.copy": copy.copy(reports),
+        "deepcopy": copy.deepcopy(reports), "astype": reports.astype(np.int64),
+        "pickle": pickle.loads(pickle.dumps(reports)),
+        "pickle 5": pickle.loads(pickle.dumps(reports, protocol=5)),
+        "concatenate": np.concatenate([reports[:40], reports[40:]]),
+        "vstack": np.vstack([reports, reports]), "hstack": np.hstack([reports, reports]),
+        "stack": np.stack([reports, reports]), "delete": np.delete(reports, [0, 5], axis=0),
+    }
+    for what, x in kept.items():
+        assert tagged(x), what
+    for what in ("slice", "view", "step"):
+        assert np.shares_memory(kept[what], reports), what  # views stay views
+    for what in ("copy", "deepcopy", "pickle", "pickle 5", "concatenate"):
+        np.testing.assert_array_equal(np.asarray(kept[what]).reshape(-1)[:reports.size],
+                                      np.asarray(reports).reshape(-1), err_msg=what)
+    np.testing.assert_array_equal(kept["concatenate"], reports)
+    joined = mech.aggregator().add(kept["concatenate"])
+    np.testing.assert_array_equal(joined.counts, mech.aggregator().add(reports).counts)
+    other = make(cls, 16, 2.0).privatize(np.arange(10), seed=1)
+    dropped = {
+        "add": reports + 1, "equal": reports == reports, "sum": reports.sum(),
+        "max": reports.max(), "asarray": np.asarray(reports), "array": np.array(reports),
+        "zeros_like": np.zeros_like(reports), "full_like": np.full_like(reports, 3),
+        "where": np.where(reports > 0, reports, 0), "insert": np.insert(reports, 0, 1, axis=0),
+        "other spec": np.concatenate([reports, other]),
+        "plain": np.concatenate([reports, np.asarray(reports)]),
+        "view as another dtype": reports.view(np.int8),
+    }
+    for what, x in dropped.items():
+        assert not isinstance(x, ldpdist.Reports), what
+    iadd = reports.copy()
+    iadd += 1  # in-place arithmetic: the name now holds a plain array
+    assert not isinstance(iadd, ldpdist.Reports)
+    # an ndarray everywhere: len, shape, dtype, equality, np.save
+    assert len(reports) == 100 and reports.shape == np.asarray(reports).shape
+    assert reports.dtype == np.asarray(reports).dtype
+    assert (reports == np.asarray(reports)).all() and np.array_equal(reports, kept["copy"])
+    buffer = io.BytesIO()
+    np.save(buffer, reports)
+    buffer.seek(0)
+    np.testing.assert_array_equal(np.load(buffer), reports)
+    text = repr(reports)
+    assert text.startswith("Reports(") and f"mechanism={cls.__name__!r}" in text
+    assert fp[:16] in text
+    assert str(reports) == str(np.asarray(reports))
+
+
+def test_report_batches_and_files_carry_reports(tmp_path):
+    mech = ldpdist.HadamardResponse(16, 1.0)
+    values, reports = typed_reports(mech)
+    batch = ldpdist.write_reports(tmp_path / "r.ldpr", mech, reports)
+    read = ldpdist.read_reports(tmp_path / "r.ldpr", expect=mech)
+    for b in (batch, read):
+        assert type(b.reports) is ldpdist.Reports and b.reports.fingerprint == mech.fingerprint
+    assert not read.reports.flags.writeable  # still the read-only memory map, not a copy
+    np.testing.assert_array_equal(mech.aggregator().add(read.reports).counts,
+                                  mech.aggregator().add(read).counts)
+    with pytest.raises(TypeError, match="write_reports takes reports"):
+        ldpdist.write_reports(tmp_path / "values.ldpr", mech, values)
+    assert not (tmp_path / "values.ldpr").exists()
+    with pytest.raises(ldpdist.SpecMismatchError):
+        ldpdist.write_reports(tmp_path / "other.ldpr", ldpdist.HadamardResponse(16, 2.0),
+                              reports)
+    with pytest.raises(ldpdist.SpecMismatchError):
+        ldpdist.HadamardResponse(16, 2.0).as_reports(read)

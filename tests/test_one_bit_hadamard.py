@@ -283,7 +283,7 @@ def test_bad_input_is_refused_clearly():
     with pytest.raises(ValueError, match=r"bits\[1\] = 2"):
         mech.reports_from_bits([1, 2], [0, 1])
     with pytest.raises(ValueError, match=r"reports\[0\] = 32"):
-        mech.split_reports(np.array([32], np.uint8))
+        mech.split_reports(mech.as_reports(np.array([32], np.uint8)))
     # Sparsity outside [1, k].
     agg = mech.simulate(np.full(10, 100), seed=1)
     for s in (0, 11):
@@ -293,7 +293,10 @@ def test_bad_input_is_refused_clearly():
     # size: HadamardResponse(31, ·) has 32 outputs too).
     reports = mech.privatize(np.arange(100) % 10, seed=2)
     for other in (OBHR(10, 2.0), ldpdist.HadamardResponse(31, 1.0, blocks=1)):
-        batch = ldpdist.reports.encode_reports(other, reports)[1]
+        with pytest.raises(ldpdist.SpecMismatchError):
+            ldpdist.reports.encode_reports(other, reports)  # a file cannot relabel them
+        # a batch forged under the other spec (the tag stripped, the other's declared)
+        batch = ldpdist.reports.encode_reports(other, other.as_reports(np.asarray(reports)))[1]
         with pytest.raises(ldpdist.SpecMismatchError):
             mech.aggregator().add(batch)
         with pytest.raises(ldpdist.SpecMismatchError):

@@ -172,7 +172,8 @@ def test_raw_npy_streams_with_the_raw_batch_id(tmp_path):
     reports = _reports(mech).astype(">i4")  # another system's dtype: signed, big-endian
     reports[7] = -1
     np.save(tmp_path / "r.npy", reports)
-    expected = mech.aggregator().add(np.load(tmp_path / "r.npy"), on_invalid="drop",
+    expected = mech.aggregator().add(mech.as_reports(np.load(tmp_path / "r.npy")),
+                                     on_invalid="drop",
                                      batch_id=raw_file_batch_id(tmp_path / "r.npy"),
                                      label="r.npy")
     streamed = mech.aggregator().add_file(tmp_path / "r.npy", raw=True, on_invalid="drop",
@@ -224,7 +225,7 @@ def test_peak_memory_stays_a_piece_for_a_large_file(tmp_path):
     n, piece = 50_000_000, 5_000_000
     rng = np.random.default_rng(0)
     write_reports_chunks(tmp_path / "big.ldpr", mech,
-                         (rng.integers(0, 2**16, piece, dtype=np.uint32)
+                         (mech.as_reports(rng.integers(0, 2**16, piece, dtype=np.uint32))
                           for _ in range(n // piece)), n=n)
     # Peak RSS from /proc (VmHWM, reset through clear_refs): ru_maxrss of a child starts at
     # its parent's peak (Linux carries it over exec), which hides everything below it.

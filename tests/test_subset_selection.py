@@ -269,7 +269,7 @@ def test_malformed_rows_raise_or_are_dropped_and_counted():
         [0b10100000, 0b00100000],  # 3 ones, one of them a padding bit
         [0b00000000, 0b00000000],  # empty
     ], dtype=np.uint8)
-    reports = np.concatenate([good[:2], bad, good[2:]])
+    reports = mech.as_reports(np.concatenate([good[:2], bad, good[2:]]))
     with pytest.raises(ValueError, match="malformed"):
         mech.estimate(reports)
     agg = mech.aggregator()
@@ -280,10 +280,10 @@ def test_malformed_rows_raise_or_are_dropped_and_counted():
     assert (agg.n, agg.dropped) == (4, 4)
     assert np.array_equal(agg.counts, mech.aggregator().add(good).counts)
     # Wrong dtype or shape.
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="uint8"):
         mech.estimate(reports.astype(np.int64))
-    with pytest.raises(ValueError):
-        mech.estimate(np.zeros((3, 3), dtype=np.uint8))
+    with pytest.raises(ValueError, match="shape"):
+        mech.estimate(mech.as_reports(np.zeros((3, 3), dtype=np.uint8)))
 
 
 # -- serialization and merging --------------------------------------------------------------------

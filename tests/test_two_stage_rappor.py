@@ -383,9 +383,9 @@ def test_reports_of_another_spec_or_shape_are_refused(tmp_path):
     with pytest.raises(SpecMismatchError):
         mech.aggregator().merge(ldpdist.RAPPOR(k, 1.0).aggregator())
     with pytest.raises(ValueError, match=r"shape \(n, 3\)"):
-        mech.aggregator().add(np.zeros((5, 4), np.uint8))
+        mech.aggregator().add(mech.as_reports(np.zeros((5, 4), np.uint8)))
     with pytest.raises(TypeError, match="uint8"):
-        mech.aggregator().add(np.zeros((5, 3), np.int64))
+        mech.aggregator().add(mech.as_reports(np.zeros((5, 3), np.int64)))
     # Padding bits set (k + 1 = 21 bits: the low 3 bits of the third byte).
     reports = mech.privatize(values, seed=2)
     bad = reports.copy()

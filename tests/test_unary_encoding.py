@@ -219,13 +219,13 @@ def test_wrong_dtype_or_shape_is_refused(cls):
     with pytest.raises(ValueError, match="shape"):
         mech.estimate(reports.ravel())
     with pytest.raises(ValueError, match="shape"):
-        mech.estimate(np.zeros((10, 3), dtype=np.uint8))
+        mech.estimate(mech.as_reports(np.zeros((10, 3), dtype=np.uint8)))
     with pytest.raises(ValueError, match="shape"):
-        mech.estimate(np.zeros((10, 2, 1), dtype=np.uint8))
+        mech.estimate(mech.as_reports(np.zeros((10, 2, 1), dtype=np.uint8)))
     # Non-contiguous rows are accepted (copied).
     wide = np.zeros((10, 4), dtype=np.uint8)
     wide[:, :2] = reports
-    np.testing.assert_array_equal(mech.aggregator().add(wide[:, :2]).counts,
+    np.testing.assert_array_equal(mech.aggregator().add(mech.as_reports(wide[:, :2])).counts,
                                   mech.aggregator().add(reports).counts)
     # Values.
     with pytest.raises(ValueError, match=r"values\[2\] = 13"):
@@ -339,11 +339,12 @@ def test_bit_plane_aggregation_equals_unpackbits(k, n):
         rows[:, -1] &= np.uint8((0xFF << pad) & 0xFF)
     for mech in (ldpdist.RAPPOR(k, 1.0), ldpdist.OptimizedUnaryEncoding(k, 1.0)):
         expected = np.unpackbits(rows, axis=1)[:, :k].sum(axis=0)
-        np.testing.assert_array_equal(mech.aggregator().add(rows).counts, expected)
+        np.testing.assert_array_equal(mech.aggregator().add(mech.as_reports(rows)).counts,
+                                      expected)
         if pad:
             bad = rows.copy()
             bad[::7, -1] |= 1  # a padding bit set: malformed, dropped
-            agg = mech.aggregator().add(bad, on_invalid="drop")
+            agg = mech.aggregator().add(mech.as_reports(bad), on_invalid="drop")
             kept = np.ones(n, bool)
             kept[::7] = False
             np.testing.assert_array_equal(

@@ -27,7 +27,8 @@ ldpdist.decoders
     raw / normalize / project / sparse_project / ibu (two_stage / two_stage_project for
     the two-stage mechanisms).
 ldpdist.reports
-    Reports files that carry their spec's fingerprint and a batch id.
+    Reports (the arrays ``privatize`` returns, tagged with their spec's fingerprint) and
+    reports files that carry it with a batch id.
 ldpdist.specs
     Spec fingerprints, the mechanism registry and ``from_dict``.
 ldpdist.privacy
@@ -45,7 +46,7 @@ ldpdist.errors
 from . import decoders, errors, kernels, linear, mechanisms, memory, privacy, reports, specs
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
-from .reports import ReportBatch, read_reports, write_reports
+from .reports import ReportBatch, Reports, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
     AsymmetricBinaryResponse,
@@ -73,6 +74,7 @@ __all__ = [
     "DuplicateBatchError",
     "IntegrityError",
     "ReportBatch",
+    "Reports",
     "SpecMismatchError",
     "errors",
     "memory",

@@ -8,6 +8,17 @@ driver; only aggregates travel, pickled through :meth:`Aggregator.to_bytes` /
 :meth:`Aggregator.from_bytes`, i.e. as the same checked, fingerprinted state as a state file.
 Mechanisms travel as their spec (:meth:`Mechanism.to_dict`) and are rebuilt on the workers.
 
+Provenance (:class:`~ldpdist.Reports`): :func:`privatize` returns a dask array whose blocks
+are ``Reports`` of the mechanism's spec and whose ``meta`` is too, so the tag travels with
+the lazy array as it does with numpy (slicing, rechunking and ``da.concatenate`` of one
+spec keep it; arithmetic drops it). :func:`aggregate` refuses, before computing anything, a
+collection whose ``meta`` is ``Reports`` of another spec, and on the workers a partition
+that is ``Reports`` of another spec (:class:`~ldpdist.SpecMismatchError`). A partition
+without a tag (reports loaded from storage, a DataFrame column, a ``da.from_array`` of a
+plain array) is declared as the mechanism's reports by :func:`aggregate` itself, with
+``mechanism.as_reports``: the collection passed to it is by name the reports, as with
+``ldpdist aggregate --raw-reports`` on the command line.
+
 Idempotence: partition ``i`` of a dask collection named ``name`` is counted as the batch
 ``dask:<sha256(name, i)>``. A partition recomputed after a lost worker yields an aggregator
 with the same batch id, and :meth:`Aggregator.merge` refuses to count a batch twice, so a
@@ -32,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import sys
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -44,7 +56,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._validation import integer, seed_key
 from .mechanisms.aggregator import Aggregator
-from .specs import from_dict
+from .reports import Reports, check_reports
+from .specs import canonical_json, from_dict, parse_json
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "aggregate", "block_seed", "privatize"]
 
@@ -52,6 +65,43 @@ __all__ = ["DEFAULT_BLOCK_SIZE", "aggregate", "block_seed", "privatize"]
 DEFAULT_BLOCK_SIZE = 1 << 20
 _SEED_DOMAIN = b"ldpdist.dask.privatize\0"
 _mechanisms: Dict[str, Any] = {}
+
+
+_serialization_registered = False
+
+
+def _keep_tags_across_processes() -> None:
+    """Make dask.distributed move :class:`Reports` with their tag.
+
+    distributed sends numpy arrays between processes as raw buffers with its own serializer
+    for ``np.ndarray``, which subclasses inherit: a ``Reports`` would arrive as a plain
+    array. This registers a serializer for ``Reports`` (distributed's documented extension
+    point) that wraps the ndarray one and carries the provenance in the header. It is
+    called by every function of this module, on the driver and on the workers; when
+    distributed is not loaded there is no process boundary and nothing to do."""
+    global _serialization_registered
+    if _serialization_registered or "distributed" not in sys.modules:
+        return
+    from distributed.protocol import dask_deserialize, dask_serialize
+    from distributed.protocol.numpy import deserialize_numpy_ndarray, serialize_numpy_ndarray
+
+    @dask_serialize.register(Reports)
+    def _serialize(x: Reports, context: Any = None) -> Any:
+        header, frames = serialize_numpy_ndarray(x.view(np.ndarray), context)
+        header["ldpdist-reports"] = canonical_json(
+            {"fingerprint": x.fingerprint, "mechanism": x.mechanism, "spec": x._spec})
+        return header, frames
+
+    @dask_deserialize.register(Reports)
+    def _deserialize(header: Dict[str, Any], frames: Any) -> Any:
+        header = dict(header)
+        tag = parse_json(header.pop("ldpdist-reports", "null"), "a Reports header")
+        array = deserialize_numpy_ndarray(header, frames)
+        if not isinstance(tag, dict) or tag.get("fingerprint") is None:
+            return array
+        return Reports._tagged(array, tag["fingerprint"], tag["mechanism"], tag["spec"])
+
+    _serialization_registered = True
 
 
 def _mechanism(spec: Dict[str, Any]) -> Any:
@@ -80,9 +130,13 @@ def block_seed(key: bytes, block: int) -> int:
 
 def _count_partition(spec: Dict[str, Any], batch_id: str, on_invalid: str,
                      partition: Any) -> Aggregator:
+    _keep_tags_across_processes()
     mechanism = _mechanism(spec)
     if hasattr(partition, "to_numpy"):  # a pandas Series partition
         partition = partition.to_numpy()
+    if not (isinstance(partition, Reports) and partition.fingerprint is not None):
+        # untagged reports: aggregate() was given them as reports (module documentation)
+        partition = mechanism.as_reports(partition)
     return mechanism.aggregator().add(partition, on_invalid=on_invalid, batch_id=batch_id,
                                       label="dask partition")
 
@@ -98,6 +152,9 @@ def _merge_all(spec: Dict[str, Any], *parts: Aggregator) -> Aggregator:
 
 def _partitions(reports: Any, mechanism: Any) -> "tuple[List[Any], str]":
     """The partitions of ``reports`` as delayed objects, and the collection's name."""
+    meta = getattr(reports, "_meta", None)
+    if isinstance(meta, Reports) and meta.fingerprint is not None:
+        check_reports(mechanism, meta, "ldpdist.dask.aggregate")  # SpecMismatchError
     if isinstance(reports, da.Array):
         if mechanism.report_kind == "bits":
             if reports.ndim != 2:
@@ -134,6 +191,12 @@ def aggregate(mechanism: Any, reports: Any, *, on_invalid: str = "raise",
         Index reports, shape (n,), or bit-vector reports, shape (n, ceil(output_size / 8))
         of packed uint8 rows (a dask array; chunks along the rows only, otherwise they are
         rechunked to whole rows). Each partition is checked like :meth:`Aggregator.add`.
+        Provenance: :func:`privatize` output carries the spec fingerprint (its ``meta``
+        and its blocks are :class:`~ldpdist.Reports`) and is checked, before computing
+        and on the workers; reports of another spec raise
+        :class:`~ldpdist.SpecMismatchError`. Partitions without a tag (e.g. reports read
+        from storage) are taken as ``mechanism``'s reports, as if declared with
+        ``mechanism.as_reports``: passing this function a collection is the declaration.
     on_invalid : {"raise", "drop"}
         As in :meth:`Aggregator.add`, per partition.
     split_every : int, >= 2
@@ -150,6 +213,7 @@ def aggregate(mechanism: Any, reports: Any, *, on_invalid: str = "raise",
         ``dask:…`` ids, one per partition (see the module documentation).
     """
     spec = _check_mechanism(mechanism)
+    _keep_tags_across_processes()
     split_every = integer(split_every, "split_every", minimum=2)
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
@@ -174,6 +238,7 @@ def _batch_id(name: str, partition: int) -> str:
 
 def _privatize_block(values: np.ndarray, spec: Dict[str, Any], key: bytes, block_size: int,
                      block_info: Optional[Dict[Any, Any]] = None) -> np.ndarray:
+    _keep_tags_across_processes()
     mechanism = _mechanism(spec)
     block = block_info[0]["chunk-location"][0] if block_info else 0
     options: Dict[str, Any] = {}
@@ -206,8 +271,12 @@ def privatize(mechanism: Any, values: Any, seed: Optional[int] = None, *,
     dask.array.Array
         Lazy reports, shape (n,) (index mechanisms, the dtype of ``mechanism.privatize``) or
         (n, ceil(output_size / 8)) uint8 (bit vectors), chunked in blocks of ``block_size``.
+        Its blocks and its ``meta`` are :class:`~ldpdist.Reports` of ``mechanism``'s spec,
+        so computed results (``.compute()`` concatenates the blocks) are too, and
+        :func:`aggregate` checks the spec.
     """
     spec = _check_mechanism(mechanism)
+    _keep_tags_across_processes()
     block_size = integer(block_size, "block_size", minimum=1)
     key = seed_key(seed)
     if key is None:
@@ -231,8 +300,8 @@ def privatize(mechanism: Any, values: Any, seed: Optional[int] = None, *,
                                  **({"seed": 0} if mechanism.randomized else {}))
     if sample.ndim == 1:
         return values.map_blocks(_privatize_block, spec, key, block_size, dtype=sample.dtype,
-                                 meta=np.empty(0, dtype=sample.dtype))
+                                 meta=sample[:0])
     width = sample.shape[1]
     return values.map_blocks(_privatize_block, spec, key, block_size, dtype=sample.dtype,
                              new_axis=1, chunks=(values.chunks[0], (width,)),
-                             meta=np.empty((0, width), dtype=sample.dtype))
+                             meta=sample[:0])

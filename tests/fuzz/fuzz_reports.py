@@ -80,15 +80,31 @@ def counted_well(agg, mech, reports, on_invalid):
         assert agg.n + agg.dropped == rows, (agg.n, agg.dropped, rows)
 
 
+def declared_or_not(data, mech, reports):
+    """Edited reports are plain arrays, lists or scalars: most of the time declared with
+    ``mech.as_reports`` (so that the edits reach the report checks), sometimes passed as
+    they are (refused whatever they hold: an untagged array is never counted)."""
+    if isinstance(reports, ldpdist.Reports) or not data.draw(
+            st.sampled_from([True, True, True, False]), label="declared"):
+        return reports
+    ok, declared = attempt(mech.as_reports, reports)
+    return declared if ok else reports
+
+
 @pytest.mark.parametrize("name", MECHANISMS)
 @FUZZ
 @given(data=st.data())
 def test_report_arrays(name, data):
     mech = data.draw(small_mechanism(name), label="mechanism")
-    reports = report_input(data, mech, valid_reports(data, mech))
+    reports = declared_or_not(data, mech, report_input(data, mech, valid_reports(data, mech)))
+    typed = isinstance(reports, ldpdist.Reports)
     on_invalid = data.draw(ON_INVALID, label="on_invalid")
     agg = mech.aggregator()
-    ok, _ = attempt(agg.add, reports, on_invalid)
+    ok, refused = attempt(agg.add, reports, on_invalid)
+    if not typed:
+        assert not ok, "an undeclared array was counted"
+        if on_invalid in ("raise", "drop"):
+            assert isinstance(refused, TypeError) and "as_reports" in str(refused), refused
     if ok:
         counted_well(agg, mech, reports, on_invalid)
         if agg.n:
@@ -98,6 +114,8 @@ def test_report_arrays(name, data):
         assert agg.n == 0 and agg.dropped == 0 and not agg.counts.any() and not agg.batches
     decoder, options = data.draw(decoder_arguments(), label="estimate decoder")
     ok, estimate = attempt(mech.estimate, reports, decoder, on_invalid=on_invalid, **options)
+    if not typed:
+        assert not ok and isinstance(estimate, TypeError), estimate
     if ok:
         check_estimate(mech, estimate, decoder, options.get("sparsity"))
 

@@ -1,5 +1,7 @@
-"""Linear queries under local differential privacy (papers/linear-queries-ldp.txt; read
-notes/linear-queries.md first).
+"""Linear queries under local differential privacy (R. Bassily, "Linear Queries Estimation
+with Local Differential Privacy", AISTATS 2019; read the docs page Mechanisms › Linear
+queries, docs/mechanisms/linear-queries.md, first: it lists the errata this package
+corrects).
 
 Setting: user values in [0, J); a query matrix A (d × J) whose column ``a_v`` is the vector of
 d answers for a user holding v; the server wants A·p, p the users' distribution (or A·p̂, p̂
@@ -22,7 +24,7 @@ AdaptiveLinearQueries(n_users, rounds, epsilon, r, seed)
 
 Distribution estimation (A = I_J): :func:`compare_distribution_estimation` measures the
 Gaussian protocol + simplex projection against projected Hadamard Response on the same users,
-for a given p, n, ε (:mod:`ldpdist.linear.distribution`).
+for a given p, n, ε (:func:`distribution_estimates`, :func:`distribution_sigma`).
 
 Server-side projection: ``estimate(..., projection="symmetric" | "convex")`` projects the
 offline protocols' mean onto conv{±a_v} or conv{a_v} (:func:`ldpdist.kernels.project_hull`).

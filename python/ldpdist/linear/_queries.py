@@ -12,6 +12,8 @@ import numpy as np
 from .. import _core, memory
 from .._validation import as_array, one_of, real, shown
 from ..mechanisms.base import values_array
+from ..reports import Reports, check_reports
+from ..specs import fingerprint as spec_fingerprint
 
 __all__ = ["QueryMatrix", "QueryProtocol", "l2_sensitivity", "PROJECTIONS"]
 
@@ -129,7 +131,7 @@ class QueryMatrix:
         return values_array(values, self.domain_size)
 
     def project(self, mean: np.ndarray, projection: str, tol: float) -> np.ndarray:
-        """``mean`` projected as ``projection`` says (:data:`PROJECTIONS`), by
+        """``mean`` projected as ``projection`` says (``"none"``, ``"symmetric"`` or ``"convex"``), by
         :func:`ldpdist.kernels.project_hull` to a duality gap ≤ ``tol``; a projection stopped
         before that gap is returned with a ``RuntimeWarning`` giving its certified gap."""
         projection = one_of(projection, PROJECTIONS, "projection")
@@ -177,13 +179,69 @@ def l2_sensitivity(queries: Any) -> float:
 
 class QueryProtocol:
     """What the offline protocols share: a validated :class:`QueryMatrix`, ε, σ and the
-    paper-faithful flag (set by the subclass's ``__init__``), their description, and the
-    check of a spec they are rebuilt from."""
+    paper-faithful flag (set by the subclass's ``__init__``), their description, the
+    check of a spec they are rebuilt from, and the provenance of their reports.
+
+    Reports: ``privatize`` returns :class:`~ldpdist.Reports` tagged with
+    :attr:`fingerprint`, and ``estimate`` accepts only reports of this protocol's spec (the
+    same rule as the distribution-estimation mechanisms: another protocol's reports raise
+    :class:`~ldpdist.SpecMismatchError`, a plain array ``TypeError`` unless declared with
+    :meth:`as_reports`)."""
 
     _queries: QueryMatrix
     _epsilon: float
     _sigma: float
     _paper_faithful: bool
+    _reports_noun = "protocol"
+
+    def to_dict(self) -> Dict[str, Any]:  # pragma: no cover - every protocol defines it
+        raise NotImplementedError
+
+    def _report_provenance(self) -> Tuple[str, str, Dict[str, Any]]:
+        """(fingerprint, class name, spec) that this protocol's :class:`~ldpdist.Reports`
+        carry: the spec is :meth:`to_dict` without the query matrix (``queries_sha256``
+        identifies it); computed once."""
+        cached = self.__dict__.get("_provenance")
+        if cached is None:
+            spec = {key: value for key, value in self.to_dict().items() if key != "queries"}
+            cached = (spec_fingerprint(spec), type(self).__name__, spec)
+            self.__dict__["_provenance"] = cached
+        return cached
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of :meth:`to_dict` without the query matrix
+        (whose SHA-256 it holds): the spec fingerprint this protocol's reports carry."""
+        return self._report_provenance()[0]
+
+    def as_reports(self, reports: Any) -> Reports:
+        """Declare an array made elsewhere as this protocol's reports.
+
+        ``privatize`` output is already :class:`~ldpdist.Reports`; ``estimate`` refuses a
+        plain array. ``as_reports`` is the explicit opt-in for reports from another system
+        or a hand-written test case: it only makes the provenance claim (the usual checks
+        of dtype, shape and finiteness happen in ``estimate``).
+
+        Parameters
+        ----------
+        reports : array_like, shape (n, d)
+
+        Returns
+        -------
+        Reports
+            A view of ``reports`` (no copy for an ndarray) tagged with :attr:`fingerprint`.
+            Reports of another spec raise :class:`~ldpdist.SpecMismatchError`.
+        """
+        return Reports(reports, self)
+
+    def _reports(self, array: np.ndarray) -> Reports:
+        return Reports._tagged(array, *self._report_provenance())
+
+    def _checked_reports(self, reports: Any, where: str) -> np.ndarray:
+        """The plain float64 (n × d) array of this protocol's reports (see the class
+        documentation for the provenance rule)."""
+        typed = check_reports(self, reports, f"{type(self).__name__}.{where}")
+        return self._queries.reports(typed.view(np.ndarray))
 
     @property
     def queries(self) -> np.ndarray:
@@ -207,10 +265,12 @@ class QueryProtocol:
 
     @property
     def epsilon(self) -> float:
+        """The privacy parameter ε asked for."""
         return self._epsilon
 
     @property
     def paper_faithful(self) -> bool:
+        """Whether the paper's formulas are used as printed (warned; NOT private)."""
         return self._paper_faithful
 
     @property

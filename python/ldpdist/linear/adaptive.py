@@ -1,4 +1,5 @@
-"""Adaptive sample splitting (papers/linear-queries-ldp.txt, Algorithm 6 and Theorem 5.2).
+"""Adaptive sample splitting (R. Bassily, "Linear Queries Estimation with Local Differential
+Privacy", AISTATS 2019, Algorithm 6 and Theorem 5.2).
 
 The n users are split into d rounds up front, from a public seed and independently of their
 data. In round t the analyst publishes a query ``q_t`` (a vector over the J possible values
@@ -112,8 +113,9 @@ class AdaptiveLinearQueries:
         J, the number of possible values (queries have length J, values lie in [0, J)).
         None fixes it from the first query posed.
 
-    The protocol
-    ------------
+    Notes
+    -----
+    **The protocol.**
     User i is assigned round ``j_i`` uniformly at random from the public seed, independently
     of every value (``rust/linear/adaptive.rs`` documents the derivation word by word so that
     a client can recompute it). In round t the analyst poses ``q_t`` (:meth:`pose`); each user
@@ -126,8 +128,7 @@ class AdaptiveLinearQueries:
     users answers NaN with a ``RuntimeWarning`` (the paper's notes answer 0, which would be a
     silently wrong number; NaN makes the missing answer visible).
 
-    Privacy (pure ε-LDP)
-    --------------------
+    **Privacy (pure ε-LDP).**
     With ``s = q[v]/r ∈ [−1, 1]`` and ``h = 1/(2 c_ε) = ½ tanh(ε/2)``, ``P(+|v) = ½ + h s``
     lies in ``[½ − h, ½ + h]`` and so does ``P(−|v) = ½ − h s``. Hence for any values v, v'
     and either reply, ``P(reply|v)/P(reply|v') ≤ (½ + h)/(½ − h) = (1 + tanh(ε/2))/(1 −
@@ -140,8 +141,7 @@ class AdaptiveLinearQueries:
     to ``c_ε r · 2^-51``. :meth:`realized_epsilon_of` gives the loss of a given query, below
     ε when its entries do not reach both ``−r`` and ``+r``.
 
-    Accuracy (Theorem 5.2)
-    ----------------------
+    **Accuracy (Theorem 5.2).**
     With ``n ≥ 8 d ln n``: ``E max_t |ȳ_t − ⟨q_t, p⟩| ≤ 2 c_ε r √(2 d ln(2d)/n) +
     r d e^{−n/(8d)}`` (:meth:`bound`, :func:`adaptive_error_bound`).
 

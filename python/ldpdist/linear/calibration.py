@@ -11,10 +11,11 @@ Wang (2018, "Improving the Gaussian mechanism for differential privacy", Theorem
 * :func:`classic_sigma`: ``Δ √(2 ln(1.25/δ)) / ε`` (Dwork & Roth 2014, Theorem A.1), whose
   proof needs ε < 1: it is refused for ε ≥ 1 (and for ε < 1 it is never smaller than the
   analytic σ).
-* :func:`paper_sigma`: ``r √(2 ln(2/δ)) / ε``, Algorithm 1 of papers/linear-queries-ldp.txt
-  as printed. It uses the column-norm bound r where the sensitivity is up to 2r, so it is NOT
-  (ε, δ)-LDP in general (notes/linear-queries.md, erratum 1): :func:`gaussian_delta` of it
-  measures by how much.
+* :func:`paper_sigma`: ``r √(2 ln(2/δ)) / ε``, Algorithm 1 of Bassily, "Linear Queries
+  Estimation with Local Differential Privacy" (AISTATS 2019) as printed. It uses the
+  column-norm bound r where the sensitivity is up to 2r, so it is NOT (ε, δ)-LDP in general
+  (the sensitivity erratum on the docs page Mechanisms › Linear queries,
+  docs/mechanisms/linear-queries.md): :func:`gaussian_delta` of it measures by how much.
 
 Φ is computed from ``math.erfc`` (accurate in both tails), and the second term as
 ``exp(ε + ln Φ(·))`` so that e^ε never overflows alone. Δ = 0 (all columns equal: the report

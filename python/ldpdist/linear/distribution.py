@@ -1,6 +1,6 @@
 """Distribution estimation as linear queries: the Gaussian protocol on A = I_J against projected
-Hadamard Response (Algorithm 5 of papers/linear-queries-ldp.txt), on the same users, so a user
-can see which is better for their J, n and ε (README, "Which protocol").
+Hadamard Response (Algorithm 5 of Bassily, AISTATS 2019), on the same users, so a user
+can see which is better for their J, n and ε (docs page Mechanisms › Linear queries).
 
 With A = I_J the Gaussian protocol's report is ``e_v + N(0, σ² I_J)`` (Δ2 = √2 for J ≥ 2), so
 the mean of n reports is exactly ``p̂ + N(0, σ²/n · I_J)`` in law (p̂ the users' histogram): it

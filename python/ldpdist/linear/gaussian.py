@@ -1,6 +1,7 @@
-"""The Gaussian protocol for linear queries: Algorithms 1 and 2 of
-papers/linear-queries-ldp.txt, calibrated to the exact sensitivity (notes/linear-queries.md,
-erratum 1)."""
+"""The Gaussian protocol for linear queries: Algorithms 1 and 2 of R. Bassily, "Linear Queries
+Estimation with Local Differential Privacy", AISTATS 2019, calibrated to the exact
+sensitivity (the sensitivity erratum on the docs page Mechanisms › Linear queries,
+docs/mechanisms/linear-queries.md)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 from .. import _core, memory
 from .._validation import integer, one_of, seed_key
 from . import calibration as _cal
+from ..reports import Reports
 from ._queries import QueryMatrix, QueryProtocol
 
 __all__ = ["GaussianLinearQueries"]
@@ -29,7 +31,7 @@ PAPER_FAITHFUL_WARNING = (
 
 class GaussianLinearQueries(QueryProtocol):
     """(ε, δ)-LDP answers to d linear queries: user i sends ``a_{v_i} + N(0, σ² I_d)``; the
-    server averages (Algorithms 1 and 2 of papers/linear-queries-ldp.txt).
+    server averages (Algorithms 1 and 2 of Bassily, AISTATS 2019).
 
     Parameters
     ----------
@@ -109,7 +111,7 @@ class GaussianLinearQueries(QueryProtocol):
                 f"calibration={self._calibration!r}{flag}; sigma={self._sigma:.6g})")
 
     # -- client -----------------------------------------------------------------------------
-    def privatize(self, values: Any, *, seed: Optional[int] = None) -> np.ndarray:
+    def privatize(self, values: Any, *, seed: Optional[int] = None) -> Reports:
         """Reports ``a_{v_i} + N(0, σ² I_d)``, one row per user.
 
         Parameters
@@ -122,24 +124,30 @@ class GaussianLinearQueries(QueryProtocol):
 
         Returns
         -------
-        ndarray, shape (n, d), float64
+        Reports, shape (n, d), float64
+            A numpy array tagged with this protocol's :attr:`fingerprint` (see
+            :class:`~ldpdist.Reports`), which :meth:`estimate` checks.
         """
         values = self._queries.values(values)
         key = seed_key(seed)
         memory.check("privatize", [("the reports", 8 * values.size * self.d)])
-        return _core.linear_gaussian_privatize(self._queries.columns, values, self._sigma, key)
+        return self._reports(_core.linear_gaussian_privatize(self._queries.columns, values,
+                                                             self._sigma, key))
 
     # -- server -----------------------------------------------------------------------------
-    def estimate(self, reports: Any, *, projection: str = "none",
+    def estimate(self, reports: Reports, *, projection: str = "none",
                  tol: float = 1e-12) -> np.ndarray:
         """The mean of the reports, ȳ = (1/n) Σ ỹ_i (an unbiased estimate of A·p̂, p̂ the users'
         histogram), optionally projected (Algorithm 2, step 6), shape (d,).
 
         Parameters
         ----------
-        reports : ndarray, shape (n, d), float64
-            Finite reports (n ≥ 1). Summed in fixed blocks in Rust, the same bits on any
-            number of threads, at memory bandwidth.
+        reports : Reports, shape (n, d), float64
+            Finite reports (n ≥ 1): :meth:`privatize` output (or slices and concatenations
+            of it), or reports made elsewhere declared with :meth:`as_reports`. Reports of
+            another protocol spec raise :class:`~ldpdist.SpecMismatchError`, a plain array
+            ``TypeError``. Summed in fixed blocks in Rust, the same bits on any number of
+            threads, at memory bandwidth.
         projection : {"none", "symmetric", "convex"}, default "none"
             ``"symmetric"``: the Euclidean projection onto conv{±a_v} = A·B_1^J (the paper's);
             ``"convex"``: onto conv{a_v}, which holds A·p for every distribution p and is
@@ -150,7 +158,7 @@ class GaussianLinearQueries(QueryProtocol):
             Duality-gap stop of the projection (squared units; see
             :func:`ldpdist.kernels.project_hull`).
         """
-        reports = self._queries.reports(reports)
+        reports = self._checked_reports(reports, "estimate")
         mean, _ = _core.linear_mean(reports, False)
         return self._queries.project(mean, projection, tol)
 
@@ -163,7 +171,7 @@ class GaussianLinearQueries(QueryProtocol):
 
         Projected (``projected=True``, for an estimate projected onto conv{±a_v}): the
         minimum of the raw bound and ``2 (σ r √(2 ln(2J)/n))^{1/2}`` (Corollary 2.3 of the
-        paper and E max_j |g_j| ≤ s √(2 ln(2J)) for J centred Gaussians of deviation ≤ s;
+        paper and ``E max_j |g_j|`` ≤ s √(2 ln(2J)) for J centred Gaussians of deviation ≤ s;
         the paper writes √(ln J) there, which is not a valid bound for small J). This
         branch scales by √(σ_used/σ_paper).
         """

@@ -1,5 +1,7 @@
 """The rejection-sampling protocol for linear queries, pure ε-LDP: Algorithms 3 and 4 of
-papers/linear-queries-ldp.txt with the correction of notes/linear-queries.md (erratum 2).
+R. Bassily, "Linear Queries Estimation with Local Differential Privacy", AISTATS 2019, with
+the clipped acceptance probability this project derived (the rejection-sampling erratum on
+the docs page Mechanisms › Linear queries, docs/mechanisms/linear-queries.md).
 
 Notation: a user holding v draws ``y ~ N(0, σ² I_d)``; ``t = (⟨a_v, y⟩ − ‖a_v‖²/2)/σ²`` is the
 log ratio ``ln f_{a_v}(y)/f_0(y)`` (the paper's η is ``½ e^t``); ``u = ‖a_v‖/σ``. Along the unit
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from .. import _core, memory
 from .._validation import integer, real, seed_key
 from .calibration import normal_cdf as _Phi
 from .calibration import normal_pdf as _phi
+from ..reports import Reports
 from ._queries import QueryMatrix, QueryProtocol
 
 __all__ = [
@@ -78,7 +81,7 @@ MAX_EPSILON = max_rejection_epsilon()
 
 
 def rejection_sigma(epsilon: float, r: float, n_users: int) -> float:
-    """The smallest σ with ``good_set_tail(r/σ, ε) ≤ 2/n²`` (the note's fix; ≈ 55–64
+    """The smallest σ with ``good_set_tail(r/σ, ε) ≤ 2/n²`` (this project's fix; ≈ 55–64
     r² ln n/ε² in σ², against the paper's 4 r² ln n/ε²). Bisection on u = r/σ to the last
     bits; the returned σ meets the tail target as computed."""
     target = 2.0 / (n_users * n_users)
@@ -151,18 +154,20 @@ def _output_loss_rank_one(b: np.ndarray, sigma: float, epsilon: float) -> float:
 
 class RejectionSamplingLinearQueries(QueryProtocol):
     """Pure ε-LDP answers to d linear queries by rejection sampling (Algorithms 3 and 4 of
-    papers/linear-queries-ldp.txt, corrected as in notes/linear-queries.md).
+    Bassily, AISTATS 2019, corrected as on the docs page Mechanisms › Linear queries).
 
     A user holding v draws ``y ~ N(0, σ² I_d)`` and sends y with probability
     ``α_v(y) = clip(½ f_{a_v}(y)/f_0(y), e^{−ε/4}/2, e^{ε/4}/2)``, else ⊥. The server
     averages the accepted reports (n̂ of them).
 
     Privacy (pure ε-LDP), in three lines:
-      1. the released y has density ``f_0(y) α_v(y)`` with ``α_v(y) ∈ [e^{−ε/4}/2, e^{ε/4}/2]``,
-         so for any v, v', y the densities differ by a factor ≤ e^{ε/2};
-      2. ``P(⊥|v) = 1 − E_{f_0}[α_v] ∈ [1 − e^{ε/4}/2, 1 − e^{−ε/4}/2]``, so the ⊥ ratio is
-         ≤ (2 − e^{−ε/4})/(2 − e^{ε/4}), which is ≤ e^ε for ε ≤ ε_max ≈ 2.53;
-      3. hence every event's probability changes by ≤ e^ε between any two inputs.
+
+    1. the released y has density ``f_0(y) α_v(y)`` with ``α_v(y) ∈ [e^{−ε/4}/2, e^{ε/4}/2]``,
+       so for any v, v', y the densities differ by a factor ≤ e^{ε/2};
+    2. ``P(⊥|v) = 1 − E_{f_0}[α_v] ∈ [1 − e^{ε/4}/2, 1 − e^{−ε/4}/2]``, so the ⊥ ratio is
+       ≤ (2 − e^{−ε/4})/(2 − e^{ε/4}), which is ≤ e^ε for ε ≤ ε_max ≈ 2.53;
+    3. hence every event's probability changes by ≤ e^ε between any two inputs.
+
     :attr:`realized_epsilon` is the exact max log-ratio: ε/2 from the outputs as soon as two
     columns are linearly independent (less when all columns are parallel), or the exact ⊥
     ratio if larger (it rarely is: P(accept) ≈ ½ for every column); so it is ≤ ε, typically
@@ -189,8 +194,9 @@ class RejectionSamplingLinearQueries(QueryProtocol):
         output and biases the accepted mean (≈ 0.78·a at n = 10⁴, ε = 1). Emits a
         ``UserWarning``; :attr:`realized_epsilon` is then ``inf``.
 
-    Reports
-    -------
+    Notes
+    -----
+    **Reports.**
     :meth:`privatize` returns one row per user, float64 (n × d): the accepted y, or a row of
     NaN for ⊥ (each user's single message, "y or ⊥"). :meth:`accepted` gives the mask.
     """
@@ -264,7 +270,7 @@ class RejectionSamplingLinearQueries(QueryProtocol):
                 f"sigma={self._sigma:.6g})")
 
     # -- client -----------------------------------------------------------------------------
-    def privatize(self, values: Any, *, seed: Optional[int] = None) -> np.ndarray:
+    def privatize(self, values: Any, *, seed: Optional[int] = None) -> Reports:
         """Each user's message: y (accepted) or a row of NaN (⊥).
 
         Parameters
@@ -277,13 +283,16 @@ class RejectionSamplingLinearQueries(QueryProtocol):
 
         Returns
         -------
-        ndarray, shape (n, d), float64
+        Reports, shape (n, d), float64
+            A numpy array tagged with this protocol's :attr:`fingerprint` (see
+            :class:`~ldpdist.Reports`), which :meth:`estimate` checks.
         """
         values = self._queries.values(values)
         key = seed_key(seed)
         memory.check("privatize", [("the reports", 8 * values.size * self.d)])
-        return _core.linear_rejection_privatize(self._queries.columns, values, self._sigma,
-                                                self._epsilon, self._paper_faithful, key)
+        return self._reports(_core.linear_rejection_privatize(
+            self._queries.columns, values, self._sigma, self._epsilon, self._paper_faithful,
+            key))
 
     def acceptance(self, outputs: Any) -> np.ndarray:
         """α_v(y): the probability that a user holding v releases y, for each output row y.
@@ -308,19 +317,22 @@ class RejectionSamplingLinearQueries(QueryProtocol):
         return ~np.isnan(np.asarray(reports)[:, 0])
 
     # -- server -----------------------------------------------------------------------------
-    def estimate(self, reports: Any, *, projection: str = "none",
+    def estimate(self, reports: Reports, *, projection: str = "none",
                  tol: float = 1e-12) -> np.ndarray:
         """Mean of the accepted reports, shape (d,) (Algorithm 4, step 5), optionally
         projected (step 7; ``projection`` and ``tol`` as in
         :meth:`GaussianLinearQueries.estimate`).
 
         ⊥ rows (all NaN) are left out; a row with some NaN or any infinite entry is refused.
-        ``ValueError`` when no report was accepted (n̂ = 0)."""
+        ``ValueError`` when no report was accepted (n̂ = 0). ``reports`` are
+        :meth:`privatize` output or declared with :meth:`as_reports`; reports of another
+        protocol spec raise :class:`~ldpdist.SpecMismatchError`, a plain array
+        ``TypeError`` (as for :meth:`GaussianLinearQueries.estimate`)."""
         return self._queries.project(self.estimate_with_count(reports)[0], projection, tol)
 
-    def estimate_with_count(self, reports: Any):
+    def estimate_with_count(self, reports: Reports) -> Tuple[np.ndarray, int]:
         """``(mean, n̂)``: :meth:`estimate` and the number of accepted reports it averages."""
-        reports = self._queries.reports(reports)
+        reports = self._checked_reports(reports, "estimate_with_count")
         mean, count = _core.linear_mean(reports, True)
         return mean, int(count)
 

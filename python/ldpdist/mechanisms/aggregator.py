@@ -2,8 +2,10 @@
 
 An :class:`Aggregator` holds the counts of one mechanism's reports, the number of reports n,
 and the identities of the report batches it has counted. Everything that reaches it is
-checked: reports against the spec (a :class:`~ldpdist.reports.ReportBatch` of another spec
-is refused), batches against those already counted (never twice), arithmetic against
+checked: reports against the spec (:class:`~ldpdist.Reports` or a
+:class:`~ldpdist.reports.ReportBatch` of another spec is refused, and a plain array is
+counted only once declared with ``mechanism.as_reports``), batches against those already
+counted (never twice), arithmetic against
 overflow (counts and n are 64-bit and never wrap), and serialized states against their
 checksum and their own consistency.
 
@@ -40,7 +42,7 @@ import numpy as np
 from .. import memory
 from .._validation import U64_MAX, one_of
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
-from ..reports import ReportBatch, read_chunks, read_reports_layout
+from ..reports import ReportBatch, Reports, check_reports, read_chunks, read_reports_layout
 from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
                      spec_summary)
 
@@ -162,15 +164,20 @@ class Aggregator:
                 f"{_describe(batch_id, label or self._batches[batch_id])} is already counted "
                 "in this aggregator; counting it again would count its users twice")
 
-    def add(self, reports: Any, on_invalid: str = "raise", *, batch_id: Optional[str] = None,
-            label: str = "") -> "Aggregator":
+    def add(self, reports: Union[Reports, ReportBatch], on_invalid: str = "raise", *,
+            batch_id: Optional[str] = None, label: str = "") -> "Aggregator":
         """Count a batch of reports; returns ``self``.
 
         Parameters
         ----------
-        reports : ndarray or ReportBatch
-            Output of :meth:`Mechanism.privatize`, or a batch read with
-            :func:`ldpdist.read_reports` (checked to come from this aggregator's spec).
+        reports : Reports or ReportBatch
+            Output of :meth:`Mechanism.privatize` (or slices and concatenations of it), a
+            batch read with :func:`ldpdist.read_reports`, or reports made elsewhere
+            declared with :meth:`Mechanism.as_reports`. Their spec fingerprint must be this
+            aggregator's (:class:`SpecMismatchError` otherwise, naming both specs). A
+            plain ndarray or list raises ``TypeError``: it does not say which spec made
+            it, and passing the users' values instead of their reports is the usual
+            mistake (for many mechanisms values are valid report indices).
         on_invalid : {"raise", "drop"}
             Malformed reports (out of range, negative, wrong shape for bit vectors) raise a
             ``ValueError`` that says how many there are and where the first is, and leave
@@ -195,7 +202,7 @@ class Aggregator:
             batch_id, array = reports.batch_id, reports.reports
             label = label or reports.label
         else:
-            array = reports
+            array = check_reports(self.mechanism, reports, "Aggregator.add")
             if batch_id is not None and not isinstance(batch_id, str):
                 raise TypeError(f"batch_id must be a string, got {type(batch_id).__name__}")
             if batch_id is not None and not 0 < len(batch_id) <= _MAX_BATCH_ID:
@@ -204,7 +211,7 @@ class Aggregator:
                                  f"{len(batch_id)}")
         label = str(label)[:_MAX_LABEL]
         drop = on_invalid == "drop"
-        prepared, negative = self.mechanism._prepare_reports(array, drop)
+        prepared, negative = self.mechanism._prepare_reports(array.view(np.ndarray), drop)
         rows = int(prepared.shape[0])
         with self._lock:
             if batch_id is not None:
@@ -268,7 +275,9 @@ class Aggregator:
             if opened is None:  # Fortran-ordered rows: only the in-memory path reads them
                 from ..reports import raw_file_batch_id
 
-                return self.add(np.load(path, mmap_mode="r", allow_pickle=False),
+                # a raw file's reports are declared by raw=True
+                return self.add(self.mechanism.as_reports(
+                                    np.load(path, mmap_mode="r", allow_pickle=False)),
                                 on_invalid, batch_id=raw_file_batch_id(path),
                                 label=os.path.basename(path))
             dtype, shape, offset = opened

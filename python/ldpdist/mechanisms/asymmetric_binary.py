@@ -47,8 +47,9 @@ def _spec_budget(value: float) -> Union[float, str]:
 @register
 class AsymmetricBinaryResponse(Mechanism):
     """The optimal mechanism for binary values under two asymmetric budgets (Acharya,
-    Bonawitz, Kairouz, Ramage & Sun, "Context-aware local differential privacy", Section 4,
-    Theorem 2, with eq. (9) corrected as in shared/notes/context-aware.md).
+    Bonawitz, Kairouz, Ramage & Sun, "Context-aware local differential privacy", ICML 2020,
+    Section 4, Theorem 2, with eq. (9) corrected as on the docs page Mechanisms ›
+    Context-aware LDP, docs/mechanisms/context-aware.md).
 
     Values and reports are 0 or 1 (``k = 2``); the paper's symbols 1 and 2 are our 0 and 1.
     The promised budget matrix (:meth:`budgets`, :mod:`ldpdist.privacy`) is

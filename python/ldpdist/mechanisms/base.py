@@ -8,7 +8,7 @@ share one spec. Subclasses name their Rust class and, if they have parameters be
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Optional, Tuple
+from typing import Any, ClassVar, Dict, Optional, Tuple, Union
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from .. import _core, memory, privacy
 from .._validation import U64_MAX, as_array, exact_sum_u64, integer, real, seed_key, shown
 from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
+from ..reports import ReportBatch, Reports, check_reports
 from ..specs import SPEC_FORMAT, _REGISTRY, fingerprint, from_dict, register
 from .aggregator import Aggregator
 
@@ -160,8 +161,70 @@ class Mechanism:
     @property
     def fingerprint(self) -> str:
         """SHA-256 (hex) of the canonical JSON of :meth:`to_dict` (see :mod:`ldpdist.specs`):
-        the identity every reports file and aggregator state made under this spec carries."""
-        return fingerprint(self.to_dict())
+        the identity every reports file, :class:`~ldpdist.Reports` array and aggregator
+        state made under this spec carries."""
+        return self._report_provenance()[0]
+
+    def _report_provenance(self) -> Tuple[str, str, Dict[str, Any]]:
+        """(fingerprint, class name, spec) that :class:`~ldpdist.Reports` carry; computed
+        once (a mechanism is immutable; the spec of a large partition is long)."""
+        cached = self.__dict__.get("_provenance")
+        if cached is None:
+            spec = self.to_dict()
+            cached = (fingerprint(spec), type(self).__name__, spec)
+            self.__dict__["_provenance"] = cached
+        return cached
+
+    def _reports(self, array: np.ndarray) -> Reports:
+        """The core's output tagged as this mechanism's reports (a view: nothing copied)."""
+        return Reports._tagged(array, *self._report_provenance())
+
+    def as_reports(self, reports: Any) -> Reports:
+        """Declare an array made elsewhere as this mechanism's reports.
+
+        :meth:`privatize` output is already :class:`~ldpdist.Reports`; everything that
+        counts reports (:meth:`Aggregator.add`, :meth:`estimate`, ``split_reports``,
+        :func:`~ldpdist.write_reports`) refuses a plain array, so that the users' values
+        can never be counted as reports by mistake. ``as_reports`` is the explicit opt-in
+        for reports that come from somewhere else: another implementation (e.g. the HR
+        authors' reference code), a database, a hand-written test case.
+
+        Parameters
+        ----------
+        reports : array_like
+            The reports. Only the provenance claim is made here: their dtype, shape and
+            values are validated where they are counted, as for any reports.
+
+        Returns
+        -------
+        Reports
+            A view of ``reports`` (no copy when it is already an ndarray) tagged with this
+            mechanism's spec fingerprint; ``Reports`` of this spec are returned as they are.
+
+        Raises
+        ------
+        SpecMismatchError
+            When ``reports`` are :class:`~ldpdist.Reports` (or a
+            :class:`~ldpdist.ReportBatch`) of another spec: re-labelling them would count
+            them under the wrong spec (to do it on purpose, e.g. reports of a mechanism
+            whose reports another one shares, strip the tag first:
+            ``as_reports(np.asarray(reports))``).
+        TypeError
+            For a dask collection (use :func:`ldpdist.dask.aggregate`, which declares each
+            partition) or a list holding booleans.
+
+        Examples
+        --------
+        >>> import numpy as np, ldpdist
+        >>> mech = ldpdist.HadamardResponse(k=4, epsilon=1.0)
+        >>> external = np.array([1, 5, 2, 7], dtype=np.uint8)  # e.g. from the reference code
+        >>> reports = mech.as_reports(external)
+        >>> reports.mechanism, np.shares_memory(reports, external)
+        ('HadamardResponse', True)
+        >>> mech.estimate(reports).shape
+        (4,)
+        """
+        return Reports(reports, self)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.to_dict() == self.to_dict()
@@ -175,7 +238,7 @@ class Mechanism:
 
     # -- client side -------------------------------------------------------------------
 
-    def privatize(self, values: Any, seed: Optional[int] = None) -> np.ndarray:
+    def privatize(self, values: Any, seed: Optional[int] = None) -> Reports:
         """Privatize one value per user.
 
         Parameters
@@ -188,11 +251,17 @@ class Mechanism:
 
         Returns
         -------
-        ndarray, shape (n,), of the smallest unsigned dtype holding ``output_size - 1``.
+        Reports, shape (n,), of the smallest unsigned dtype holding ``output_size - 1``
+            (bit-vector mechanisms: uint8, shape ``(n, ceil(output_size / 8))``). A numpy
+            array (:class:`~ldpdist.Reports` is an ndarray subclass, returned without a
+            copy) tagged with this mechanism's spec fingerprint, which :meth:`Aggregator.add`
+            and :meth:`estimate` check: slices, subsets and concatenations of them stay
+            tagged, arithmetic on them does not.
         """
-        return self._core.privatize(values_array(values, self._k), seed_key(seed))
+        return self._reports(self._core.privatize(values_array(values, self._k),
+                                                  seed_key(seed)))
 
-    def encode_string(self, values: Any, seed: Optional[int] = None) -> np.ndarray:
+    def encode_string(self, values: Any, seed: Optional[int] = None) -> Reports:
         """Alias of :meth:`privatize`, named as in the HR authors' reference code."""
         return self.privatize(values, seed=seed)
 
@@ -202,16 +271,20 @@ class Mechanism:
         """An empty, mergeable aggregator of this mechanism's reports."""
         return Aggregator(self)
 
-    def estimate(self, reports: Any, decoder: str = "project", *, sparsity: Optional[int] = None,
-                 on_invalid: str = "raise", **options: Any) -> np.ndarray:
+    def estimate(self, reports: Union[Reports, ReportBatch], decoder: str = "project", *,
+                 sparsity: Optional[int] = None, on_invalid: str = "raise",
+                 **options: Any) -> np.ndarray:
         """Estimate the distribution from reports.
 
         Parameters
         ----------
-        reports : array or ReportBatch
-            Output of :meth:`privatize` (possibly concatenated from many clients), or a
-            batch read with :func:`ldpdist.read_reports` (refused if made under another
-            spec).
+        reports : Reports or ReportBatch
+            Output of :meth:`privatize` (possibly sliced or concatenated from many
+            clients), a batch read with :func:`ldpdist.read_reports`, or reports made
+            elsewhere declared with :meth:`as_reports`. Reports of another spec raise
+            :class:`~ldpdist.SpecMismatchError`; a plain array or list raises
+            ``TypeError`` (passing the users' values instead of their reports is the
+            mistake this catches).
         decoder : str, one of :attr:`decoders`
             ``"raw"``, ``"normalize"``, ``"project"``, ``"sparse_project"``, ``"ibu"``
             (and for the two-stage mechanisms ``"two_stage"``, ``"two_stage_project"``);
@@ -228,15 +301,35 @@ class Mechanism:
         -------
         ndarray of float64, shape (k,)
         """
+        reports = self._typed_reports(reports, f"{type(self).__name__}.estimate")
         aggregator = self.aggregator().add(reports, on_invalid=on_invalid)
         return aggregator.estimate(decoder, sparsity=sparsity, **options)
 
+    def _typed_reports(self, reports: Any, where: str) -> Union[Reports, ReportBatch]:
+        """``reports`` once checked to be this mechanism's; ``TypeError`` /
+        ``SpecMismatchError`` otherwise (see :func:`ldpdist.reports.check_reports`). A
+        ReportBatch is returned as it is, for :meth:`Aggregator.add` to check with its
+        batch id."""
+        if isinstance(reports, ReportBatch):
+            return reports
+        return check_reports(self, reports, where)
+
     def decode_string(self, reports: Any, normalization: int = 0) -> np.ndarray:
         """Alias of :meth:`estimate` named as in the HR authors' reference code:
-        ``normalization=0`` clips and normalizes, ``1`` projects onto the simplex."""
+        ``normalization=0`` clips and normalizes, ``1`` projects onto the simplex.
+
+        This is the interoperability entry point for the reference code's output, so a
+        plain array (or list) is accepted and taken as this mechanism's reports (as if
+        declared with :meth:`as_reports`); :class:`~ldpdist.Reports` and
+        :class:`~ldpdist.ReportBatch` of another spec are still refused
+        (:class:`~ldpdist.SpecMismatchError`). Use :meth:`estimate` to have plain arrays
+        refused.
+        """
         if not isinstance(normalization, (int, np.integer)) or normalization not in (0, 1):
             raise ValueError("normalization must be 0 (clip and normalize) or 1 (project), got "
                              f"{shown(normalization)}")
+        if not isinstance(reports, ReportBatch):
+            reports = self.as_reports(reports)
         return self.estimate(reports, decoder="normalize" if normalization == 0 else "project")
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:

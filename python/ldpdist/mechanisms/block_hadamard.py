@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
 from .. import _core, memory, privacy
 from .._validation import integer
+from ..reports import ReportBatch, Reports, check_reports
 from ..specs import register
 from .base import Mechanism
 
@@ -39,8 +40,9 @@ class BlockHadamardResponse(Mechanism):
     k : int, optional
         If given, checked against the partition (it must cover exactly [0, k)).
 
-    Output layout
-    -------------
+    Notes
+    -----
+    **Output layout.**
     Block j of ``k_j`` values owns ``K_j`` consecutive outputs starting at
     ``block_offsets[j] = Σ_{l<j} K_l``: ``K_j = 2**ceil(log2(k_j + 1))`` when ``k_j ≥ 2``,
     and ``K_j = 1`` for a singleton block. A report is one integer ``offset_j + c`` in
@@ -189,10 +191,16 @@ class BlockHadamardResponse(Mechanism):
         """``K_j``, the outputs of each block (1 for a singleton): uint64 array (m,)."""
         return self._core.layout()[1]
 
-    def split_reports(self, reports: Any) -> "tuple[np.ndarray, np.ndarray]":
+    def split_reports(self, reports: Union[Reports, ReportBatch]
+                      ) -> "tuple[np.ndarray, np.ndarray]":
         """``(block, c)`` of every report: the block sent in the clear (int64) and the
-        position in the block (``report - block_offsets[block]``, uint64)."""
-        array = np.asarray(reports)
+        position in the block (``report - block_offsets[block]``, uint64).
+
+        ``reports`` are :class:`~ldpdist.Reports` of this spec (:meth:`privatize` output, a
+        :class:`~ldpdist.ReportBatch`, or declared with :meth:`as_reports`), as for
+        :meth:`estimate`."""
+        array = check_reports(self, reports, "BlockHadamardResponse.split_reports"
+                              ).view(np.ndarray)
         if array.dtype.kind not in "iu" or array.ndim != 1:
             raise TypeError("reports must be a 1-D integer array")
         offsets = self.block_offsets

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _core
 from .._validation import integer, one_of, seed_key, shown
 from ..decoders import DECODERS, finish
+from ..reports import ReportBatch, Reports
 from ..specs import register
 from .base import Mechanism
 
@@ -35,7 +36,10 @@ class SparseRecovery(NamedTuple):
 
 @register
 class CompressivePrivatization(Mechanism):
-    """Compressive privatization (shared/papers/compressive-privatization.txt).
+    """Compressive privatization (Xiong, Huang, Mao, Wang & Ying, "Compressive Privatization:
+    Sparse Distribution Estimation under Locally Differential Privacy", arXiv:2012.02081,
+    2020; see the docs page Mechanisms › Compressive privatization,
+    docs/mechanisms/compressive.md).
 
     Users privatize into ``[0, m)`` with ``m << k`` through a public ±1 matrix A (m × k)
     generated from ``seed``: with ``C_x = {y : A[y, x] = +1}``, ``n_x = |C_x|`` and
@@ -178,14 +182,18 @@ class CompressivePrivatization(Mechanism):
         raw, support, residual, noise, stop = self._core.estimate_sparse(freq, n, sparsity, model)
         return SparseRecovery(raw, list(support), float(residual), float(noise), str(stop))
 
-    def estimate(self, reports: Any, decoder: str = "project", *, sparsity: Optional[int] = None,
-                 on_invalid: str = "raise", model: str = "exact") -> np.ndarray:
+    def estimate(self, reports: Union[Reports, ReportBatch], decoder: str = "project", *,
+                 sparsity: Optional[int] = None, on_invalid: str = "raise",
+                 model: str = "exact") -> np.ndarray:
         """Estimate p from reports (Algorithm 1).
 
         Parameters
         ----------
-        reports : array of int, shape (n,)
-            Integers in [0, m).
+        reports : Reports or ReportBatch, shape (n,)
+            Integers in [0, m): :meth:`privatize` output, a batch read with
+            :func:`ldpdist.read_reports`, or reports made elsewhere declared with
+            :meth:`as_reports`; a plain array raises ``TypeError`` and reports of another
+            spec :class:`~ldpdist.SpecMismatchError` (see :meth:`Mechanism.estimate`).
         decoder : {"raw", "normalize", "project", "sparse_project"}
             Applied to the recovered p̂' (``"raw"`` returns it as is).
         sparsity : int, optional
@@ -197,6 +205,7 @@ class CompressivePrivatization(Mechanism):
         -------
         ndarray of float64, shape (k,)
         """
+        reports = self._typed_reports(reports, f"{type(self).__name__}.estimate")
         aggregator = self.aggregator().add(reports, on_invalid=on_invalid)
         return aggregator.estimate(decoder, sparsity=sparsity, model=model)
 

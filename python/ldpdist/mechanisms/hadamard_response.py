@@ -19,7 +19,9 @@ class HadamardResponse(Mechanism):
     Sylvester matrix ``H_b``, first row deleted) and is reported inside it with probability
     ``(b/2) e^ε / Z``. With ``B = 1`` (ε < ln 2) this is the high-privacy HR of the reference
     code: ``K = 2**ceil(log2(k+1))`` outputs, symbol x uses row x+1, reports in [0, K), so
-    reports are interchangeable with other HR implementations. Sampling is O(1) per report
+    reports are interchangeable with other HR implementations (another implementation's
+    reports are declared with :meth:`as_reports`, or decoded as they are by
+    :meth:`decode_string`, the reference code's name). Sampling is O(1) per report
     and decoding one fast Walsh–Hadamard transform per block (``O(n + K log b)``).
 
     Parameters

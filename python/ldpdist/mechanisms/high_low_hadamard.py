@@ -15,8 +15,9 @@ from .base import Mechanism
 
 @register
 class HighLowHadamardResponse(Mechanism):
-    """High-Low Hadamard Response (Acharya, Kairouz, Liu & Sun, "Context-aware local
-    differential privacy", Section 5.1, eqs. (13)–(19); shared/notes/context-aware.md): frequency
+    """High-Low Hadamard Response (Acharya, Bonawitz, Kairouz, Ramage & Sun, "Context-aware
+    local differential privacy", ICML 2020, Section 5.1, eqs. (13)–(19), with the corrections
+    on the docs page Mechanisms › Context-aware LDP, docs/mechanisms/context-aware.md): frequency
     estimation under **(A, ε)-High-Low LDP**, where only the *sensitive* values A are
     protected. For x in A, ``Q(y|x) <= e^ε Q(y|x')`` for every other value x' and every report
     y; a non-sensitive value has no protection at all (:meth:`budgets` is
@@ -36,7 +37,7 @@ class HighLowHadamardResponse(Mechanism):
     Channel (:meth:`channel_matrix`, shape ``(k, S + t)``). Sensitive a: with probability
     ``ρ ≈ e^ε/(e^ε + 1)`` a uniform element of ``C_a = {y < S : H_S(a + 1, y) = +1}`` (row
     a + 1 of the Sylvester matrix, ``H(r, c) = (-1)**popcount(r & c)``; the paper's eq. (13)
-    prints row x, which the note corrects), else a uniform element of the rest of the
+    prints row x, which this project corrects), else a uniform element of the rest of the
     Hadamard part. Non-sensitive u: its slot ``S + u`` with probability
     ``q ≈ (e^ε - 1)/(e^ε + 1)``, else a uniform element of the Hadamard part. ``ρ`` and ``q``
     are the doubles rounded *down* (8 ulps) and drawn exactly (``_core`` ``probabilities()``

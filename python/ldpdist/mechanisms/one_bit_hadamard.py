@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
 from .. import _core, kernels, memory
 from .._validation import integer, seed_key
+from ..reports import ReportBatch, Reports, check_reports
 from ..specs import register
 from .aggregator import Aggregator
 from .base import Mechanism, values_array
@@ -52,7 +53,8 @@ class OneBitHadamardResponse(Mechanism):
     s-sparse simplex, ``kernels.project_sparse_simplex``) and ``"ibu"`` (exact maximum
     likelihood: the multinomial likelihood under Q is, up to a constant, that of the bits
     given the group sizes; channel products by one FWHT each). The paper's guarantee
-    (shared/notes/sparse-estimation.md): with probability ≥ 0.9,
+    (Acharya, Kairouz, Liu & Sun, ALT 2021; docs page Mechanisms › Sparse estimation,
+    docs/mechanisms/sparse.md): with probability ≥ 0.9,
     ``||p̂ - p||_2 ≤ 50 (e^ε+1)/(e^ε-1) sqrt(s log(2k/s)/n)`` for ``"sparse_project"``.
 
     Parameters
@@ -82,7 +84,7 @@ class OneBitHadamardResponse(Mechanism):
     # -- client side -------------------------------------------------------------------
 
     def privatize(self, values: Any, seed: Optional[int] = None, *, groups: Any = None,
-                  first_user: Optional[int] = None) -> np.ndarray:
+                  first_user: Optional[int] = None) -> Reports:
         """Privatize one value per user, in the groups the server assigned.
 
         Parameters
@@ -102,8 +104,9 @@ class OneBitHadamardResponse(Mechanism):
 
         Returns
         -------
-        ndarray, shape (n,), of the smallest unsigned dtype holding ``2K - 1``: the reports
-        ``2 j + y`` (group j, bit y).
+        Reports, shape (n,), of the smallest unsigned dtype holding ``2K - 1``
+            The reports ``2 j + y`` (group j, bit y), tagged with this spec's fingerprint
+            (see :meth:`Mechanism.privatize`).
         """
         if groups is not None and first_user is not None:
             raise ValueError("pass either groups= (explicit groups) or first_user= (where the "
@@ -112,9 +115,10 @@ class OneBitHadamardResponse(Mechanism):
         key = seed_key(seed)
         if groups is None:
             first = 0 if first_user is None else integer(first_user, "first_user", minimum=0)
-            return self._core.privatize_grouped(array, key, None, first % self.num_groups)
-        return self._core.privatize_grouped(array, key, self._groups_array(groups, array.size),
-                                            0)
+            return self._reports(self._core.privatize_grouped(array, key, None,
+                                                              first % self.num_groups))
+        return self._reports(self._core.privatize_grouped(
+            array, key, self._groups_array(groups, array.size), 0))
 
     def _groups_array(self, groups: Any, n: int) -> np.ndarray:
         """Validated explicit groups as a contiguous native unsigned array."""
@@ -148,9 +152,12 @@ class OneBitHadamardResponse(Mechanism):
                                     np.dtype(target).itemsize * array.size)])
         return np.ascontiguousarray(array, dtype=target)
 
-    def reports_from_bits(self, bits: Any, groups: Any) -> np.ndarray:
+    def reports_from_bits(self, bits: Any, groups: Any) -> Reports:
         """Reports ``2 j + y`` from one-bit messages ``bits`` (0/1 or bools) and the groups
-        the server assigned to their senders (integers in [0, K)), both of shape (n,)."""
+        the server assigned to their senders (integers in [0, K)), both of shape (n,).
+
+        This is how a server forms reports from the bits it received: the result is
+        :class:`~ldpdist.Reports` of this spec, ready for :meth:`Aggregator.add`."""
         is_array = isinstance(bits, np.ndarray)
         bits = np.asarray(bits)
         if bits.size == 0 and not is_array:
@@ -166,12 +173,17 @@ class OneBitHadamardResponse(Mechanism):
             raise ValueError(f"bits must be 0 or 1: bits[{i}] = {bits[i]}")
         groups = self._groups_array(groups, bits.size).astype(np.uint64)
         out = 2 * groups + bits.astype(np.uint64)
-        return out.astype(np.min_scalar_type(self.output_size - 1))
+        return self._reports(out.astype(np.min_scalar_type(self.output_size - 1)))
 
-    def split_reports(self, reports: Any) -> Tuple[np.ndarray, np.ndarray]:
+    def split_reports(self, reports: Union[Reports, ReportBatch]
+                      ) -> Tuple[np.ndarray, np.ndarray]:
         """``(groups, bits)`` of reports: ``reports // 2`` and ``reports % 2`` (uint8 bits).
-        Reports outside [0, 2K) raise ``ValueError``."""
-        array, _ = self._prepare_reports(reports, drop=False)
+        Reports outside [0, 2K) raise ``ValueError``. ``reports`` are
+        :class:`~ldpdist.Reports` of this spec (:meth:`privatize` or
+        :meth:`reports_from_bits` output, a :class:`~ldpdist.ReportBatch`, or declared with
+        :meth:`as_reports`), as for :meth:`estimate`."""
+        reports = check_reports(self, reports, "OneBitHadamardResponse.split_reports")
+        array, _ = self._prepare_reports(reports.view(np.ndarray), drop=False)
         if array.size and int(array.max()) >= self.output_size:
             i = int(np.argmax(array >= self.output_size))
             raise ValueError(f"reports lie in [0, {self.output_size}): reports[{i}] = {array[i]}")
@@ -198,8 +210,8 @@ class OneBitHadamardResponse(Mechanism):
         Small n: an exact shuffle, then every user privatized (O(n)). Large n: Hadamard
         passes over the groups (a multivariate hypergeometric split of the users between the
         two halves of every dyadic range of groups, users merged into classes that behave
-        alike below it), O(K log K) whatever n; the cheaper is chosen by a measured cost
-        rule (see the README).
+        alike below it), O(K log K) whatever n; the cheaper is chosen by a cost
+        rule fitted to timings of both paths.
         """
         return super().simulate(true_counts, seed=seed)
 

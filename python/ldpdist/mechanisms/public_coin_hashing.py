@@ -10,6 +10,7 @@ from .. import _core, memory
 from .._validation import integer, seed_key
 from ..decoders import DECODERS, TWO_STAGE_DECODERS
 from ..errors import IntegrityError
+from ..reports import Reports
 from ..specs import register
 from .base import Mechanism, _native, values_array
 
@@ -18,7 +19,8 @@ from .base import Mechanism, _native, values_array
 class PublicCoinHashing(Mechanism):
     """ℓ-bit public-coin hashing with the two-stage estimator (Acharya, Kairouz, Liu & Sun,
     "Estimating sparse discrete distributions under privacy and communication constraints",
-    Section 3.1, eqs. (13)–(14); shared/notes/sparse-estimation.md, part B).
+    ALT 2021, Section 3.1, eqs. (13)–(14); see the docs page Mechanisms › Sparse estimation,
+    docs/mechanisms/sparse.md).
 
     **These reports are NOT private.** This is a communication-limited scheme: each user
     sends ℓ bits that are a deterministic function of their value and public randomness;
@@ -29,11 +31,12 @@ class PublicCoinHashing(Mechanism):
     Hash family (normative, test vectors in tests/test_public_coin_hashing.py): user i owns
     ``h_i(x) = ((a_i * x + b_i) mod 2**64) >> (64 - bits)``, where ``a_i`` and ``b_i`` are the
     first two 64-bit draws of the public ChaCha20 stream with key ``seed.to_bytes(32,
-    "little")`` and nonce i — the stream of column i of a seeded sign matrix (README, "Seeded
-    sign matrices"): keystream words w0..w3 give ``a_i = w0 + 2**32 w1``, ``b_i = w2 + 2**32
-    w3``. This is Dietzfelbinger's multiply-add-shift scheme: for keys below 2**32 and bits
-    <= 33 it is strongly universal (pairwise independent; ``(h(x), h(x'))`` uniform on
-    ``[0, 2**bits)**2`` for ``x != x'``) when ``(a, b)`` are uniform. The paper's analysis
+    "little")`` and nonce i — the stream of column i of a seeded sign matrix
+    (:doc:`/reference/formats`, "Seeded sign matrices"): keystream words w0..w3 give
+    ``a_i = w0 + 2**32 w1``, ``b_i = w2 + 2**32 w3``. This is Dietzfelbinger's
+    multiply-add-shift scheme: for keys below 2**32 and bits <= 33 it is strongly universal
+    (pairwise independent; ``(h(x), h(x'))`` uniform on ``[0, 2**bits)**2`` for ``x != x'``)
+    when ``(a, b)`` are uniform. The paper's analysis
     (Lemma 7) assumes fully independent hash functions; this family guarantees pairwise
     independence, which is all unbiasedness needs.
 
@@ -109,6 +112,7 @@ class PublicCoinHashing(Mechanism):
     # -- parameters --------------------------------------------------------------------
 
     def _no_epsilon(self) -> NoReturn:
+        """None: public-coin hashing is not private, so reading it raises ``AttributeError``."""
         raise AttributeError(
             "PublicCoinHashing has no epsilon: it is not a private mechanism (its reports are "
             "a deterministic function of the value and public randomness; it only limits "
@@ -189,7 +193,7 @@ class PublicCoinHashing(Mechanism):
         return np.ascontiguousarray(array, dtype=np.uint64)
 
     def privatize(self, values: Any, seed: Optional[int] = None, *, first_user: int = 0,
-                  users: Any = None) -> np.ndarray:
+                  users: Any = None) -> Reports:
         """The reports of one value per user: ``(i << bits) | h_i(x)`` as uint64.
 
         Parameters
@@ -209,7 +213,9 @@ class PublicCoinHashing(Mechanism):
 
         Returns
         -------
-        ndarray of uint64, shape (n,). Indices must be below :attr:`max_users`.
+        Reports of uint64, shape (n,)
+            Tagged with this spec's fingerprint (see :meth:`Mechanism.privatize`). Indices
+            must be below :attr:`max_users`.
         """
         if seed is not None:
             raise TypeError(
@@ -234,9 +240,9 @@ class PublicCoinHashing(Mechanism):
                 first, second = sorted(order[repeated[0]:repeated[0] + 2])
                 raise ValueError(f"user indices must be distinct: users[{first}] = "
                                  f"users[{second}] = {listed[first]}")
-        return self._core.privatize(values, first_user, listed)
+        return self._reports(self._core.privatize(values, first_user, listed))
 
-    def encode_string(self, values: Any, seed: Optional[int] = None) -> np.ndarray:
+    def encode_string(self, values: Any, seed: Optional[int] = None) -> Reports:
         """Alias of :meth:`privatize` (users ``0 .. n-1``)."""
         return self.privatize(values, seed=seed)
 

@@ -11,6 +11,7 @@ from .. import _core, memory
 from .._validation import integer, seed_key
 from ..decoders import DECODERS, TWO_STAGE_DECODERS
 from ..errors import IntegrityError
+from ..reports import Reports
 from ..specs import register
 from .base import BitVectorMechanism, values_array
 
@@ -19,7 +20,8 @@ from .base import BitVectorMechanism, values_array
 class TwoStageRAPPOR(BitVectorMechanism):
     """Two-stage RAPPOR for s-sparse distributions (Acharya, Kairouz, Liu & Sun 2021,
     "Estimating sparse discrete distributions under privacy and communication constraints",
-    Appendix C, Algorithm 2; shared/notes/sparse-estimation.md §C).
+    ALT 2021, Appendix C, Algorithm 2; see the docs page Mechanisms › Sparse estimation,
+    docs/mechanisms/sparse.md).
 
     Every user sends basic one-time RAPPOR's message (:class:`RAPPOR`: the one-hot vector of
     x with each bit flipped w.p. ``f = 1 / (e^(ε/2) + 1)``). The users are split into two
@@ -34,8 +36,9 @@ class TwoStageRAPPOR(BitVectorMechanism):
         Privacy parameter ε > 0 (RAPPOR's accounting: the same f, the same
         :attr:`realized_epsilon`).
 
-    Stages
-    ------
+    Notes
+    -----
+    **Stages.**
     By default the user at position i of a :meth:`privatize` batch is in stage 1 if
     ``first_user + i`` is even and in stage 2 if it is odd (``first_user=0``: users 0, 2, 4,
     … select, 1, 3, 5, … estimate). Clients privatizing their own values pass their global
@@ -43,8 +46,7 @@ class TwoStageRAPPOR(BitVectorMechanism):
     integer array of 1s and 2s, one per value). Either way the assignment must not depend on
     the users' values: the stage is public and not privatized.
 
-    Reports
-    -------
+    **Reports.**
     One row of ``ceil((k + 1) / 8)`` uint8 per user in ``numpy.packbits`` layout:
     ``np.unpackbits(reports, axis=1, count=k + 1)`` gives bits 0..k-1, the RAPPOR bits (equal
     to what :class:`RAPPOR` reports for the same seed and position), and bit k, the stage
@@ -52,20 +54,17 @@ class TwoStageRAPPOR(BitVectorMechanism):
     malformed. :attr:`output_size` is k + 1 (bits per report), so reports files are
     self-describing and shards of any mix of stages aggregate and merge freely.
 
-    Aggregate
-    ---------
+    **Aggregate.**
     ``aggregator().counts`` has ``2k + 1`` entries: the stage-1 bit counts ``M`` (k), the
     stage-2 bit counts ``N`` (k) and the number ``n2`` of stage-2 reports (``n1 = n - n2``).
 
-    Guarantee
-    ---------
+    **Guarantee.**
     ε-LDP exactly as RAPPOR: the stage bit does not depend on x, so the channel of
     ``(bits, stage)`` has RAPPOR's likelihood ratios. :meth:`channel_matrix` (k × 2^(k+1),
     output o has bit j equal to ``(o >> j) & 1``, bit k the stage) shows a fair stage,
     ``Q(y, s | x) = Q_RAPPOR(y | x) / 2``.
 
-    Estimation
-    ----------
+    **Estimation.**
     ``decoder="two_stage"`` is Algorithm 2 (``sparsity=None`` chooses s by the noise-level
     rule on the stage-1 estimate, :func:`ldpdist.decoders.noise_level_sparsity`): T = the
     ``min(2s, k)`` values with the largest ``M(x)`` (ties broken towards the lowest index),
@@ -103,7 +102,7 @@ class TwoStageRAPPOR(BitVectorMechanism):
         return float(self._core.flip_probability)
 
     def privatize(self, values: Any, seed: Optional[int] = None, *, first_user: int = 0,
-                  stages: Any = None) -> np.ndarray:
+                  stages: Any = None) -> Reports:
         """Privatize one value per user (see the class documentation for the stages).
 
         Parameters
@@ -122,7 +121,9 @@ class TwoStageRAPPOR(BitVectorMechanism):
 
         Returns
         -------
-        ndarray of uint8, shape (n, ceil((k + 1) / 8))
+        Reports of uint8, shape (n, ceil((k + 1) / 8))
+            Packed bit rows tagged with this spec's fingerprint (see
+            :meth:`Mechanism.privatize`).
         """
         values = values_array(values, self._k)
         first_user = integer(first_user, "first_user", minimum=0)
@@ -132,7 +133,8 @@ class TwoStageRAPPOR(BitVectorMechanism):
                 raise ValueError("pass either first_user (alternating stages) or stages "
                                  "(explicit), not both")
             explicit = _stages_array(stages, values.size)
-        return self._core.privatize_stages(values, seed_key(seed), first_user % 2, explicit)
+        return self._reports(self._core.privatize_stages(values, seed_key(seed),
+                                                         first_user % 2, explicit))
 
     def _two_stage_estimate(self, counts: np.ndarray, n: int, sparsity: int) -> np.ndarray:
         """Algorithm 2's estimate from the aggregate (``decoders.py`` calls it)."""

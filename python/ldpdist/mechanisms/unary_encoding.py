@@ -23,27 +23,25 @@ class RAPPOR(BitVectorMechanism):
     epsilon : float
         Privacy parameter ε > 0.
 
-    Reports
-    -------
+    Notes
+    -----
+    **Reports.**
     One row of ``ceil(k / 8)`` uint8 per user in ``numpy.packbits`` layout: bit j of a report
     is ``np.unpackbits(row)[j]`` (``np.unpackbits(reports, axis=1, count=k)`` recovers the
     k-bit vectors); the padding bits after bit k - 1 are 0, and rows with a padding bit set
     are malformed. :attr:`output_size` is k (bits per report).
 
-    Probabilities
-    -------------
+    **Probabilities.**
     ``probabilities()`` returns ``(a, b)`` as used. ``f`` is rounded up (by 4 ulps, then to a
     multiple of 2**-53 so that ``1 - f`` is exact) after being computed for ε shaded by
     ``2**-46 * max(ε, 1)``.
 
-    Guarantee
-    ---------
+    **Guarantee.**
     ε-LDP: the largest likelihood ratio between two values is
     ``(a / b) * ((1 - b) / (1 - a)) = ((1 - f) / f)**2``; :attr:`realized_epsilon` is its
     logarithm, never above ε (within 1e-12 of it for ε <= 16; capped at ≈ 73.4).
 
-    Estimation
-    ----------
+    **Estimation.**
     From per-bit counts ``c_j`` of n reports, ``p_j = (c_j / n - b) / (a - b)`` is unbiased,
     with variance ``(b(1-b) + p_j (a-b)(1-a-b)) / (n (a-b)^2)``. Every decoder applies
     (``"ibu"`` treats the bit counts as Poisson, see :mod:`ldpdist.decoders`).
@@ -80,24 +78,22 @@ class OptimizedUnaryEncoding(BitVectorMechanism):
     epsilon : float
         Privacy parameter ε > 0.
 
-    Reports
-    -------
+    Notes
+    -----
+    **Reports.**
     One row of ``ceil(k / 8)`` uint8 per user in ``numpy.packbits`` layout (as for
     :class:`RAPPOR`); padding bits are 0. :attr:`output_size` is k (bits per report).
 
-    Probabilities
-    -------------
+    **Probabilities.**
     ``probabilities()`` returns ``(a, b) = (0.5, b)``; ``b`` is computed for ε shaded by
     ``2**-46 * max(ε, 1)`` and rounded up by 4 ulps.
 
-    Guarantee
-    ---------
+    **Guarantee.**
     ε-LDP: the largest likelihood ratio between two values is
     ``(a / b) * ((1 - b) / (1 - a)) = (1 - b) / b``; :attr:`realized_epsilon` is its
     logarithm, never above ε (within 1e-12 of it for ε <= 60).
 
-    Estimation
-    ----------
+    **Estimation.**
     ``p_j = (c_j / n - b) / (1/2 - b)`` from per-bit counts, unbiased, with variance
     ``(b(1-b) + p_j (a-b)(1-a-b)) / (n (a-b)^2)``; see :class:`RAPPOR` for the decoders and
     :meth:`simulate`.
