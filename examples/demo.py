@@ -1,7 +1,8 @@
 """Kernel demo: recover a sparse distribution from few noisy random ±1 measurements.
 
-This is the numerical heart of compressive privatization (shared/papers/
-compressive-privatization.txt, Algorithm 1) without the privacy channel: a k-dimensional
+This is the numerical heart of compressive privatization (Xiong, Huang, Mao, Wang, Ying,
+"Compressive Privatization: Sparse Distribution Estimation under Locally Differential
+Privacy", arXiv:2012.02081, 2020, Algorithm 1) without the privacy channel: a k-dimensional
 s-sparse distribution p is observed through m << k seeded Rademacher measurements
 y = A p / sqrt(m) + noise (unit-norm columns, Gaussian noise of standard deviation sigma per
 measurement), recovered with OMP on the bit-packed SignMatrix, and projected onto the

@@ -1,4 +1,4 @@
-"""The figure a newcomer looks at first (issue 8, item 6).
+"""The figure a newcomer looks at first (issue 8, item 6; issue 21, item 8).
 
 Each preset is reproduced once on its ``--tiny`` grid with 2 runs (about a second each), and
 the matplotlib Figure that ``plot`` saves is captured and inspected: log n axis, y limits
@@ -6,6 +6,11 @@ shared by every panel, every curve distinguishable by marker and line style (not
 alone), the same look for a (mechanism, decoder) in every panel, ℓ1 = 2 marked as the largest
 possible error, CP's sparsity shown, and a legend that says what the line and the band are
 (checked against the CSV: the line is the mean over runs, the band their min and max).
+
+One style for every preset, the special figures (context-aware, linear-queries) included:
+panels lettered (a), (b), … once each in reading order, the same font sizes (legends at least
+``FONT_SIZES["legend"]``), one legend below the panels with no repeated entry, distinguishable
+curves in every panel, and the same colour for a mechanism in every figure.
 """
 
 from __future__ import annotations
@@ -24,12 +29,16 @@ from matplotlib.figure import Figure
 
 from ldpdist import cli
 from ldpdist.experiments import COLUMNS, PRESETS, read_csv
+from ldpdist.experiments import linear_queries as lq
+from ldpdist.experiments.plotting import FONT_SIZES
 
 RUNS = 2
 # Presets drawn by the generic figure; a preset with a figure of its own (``Preset.figure``)
 # is tested beside it (the context-aware one: tests/test_context_aware_experiment.py).
 GENERIC = sorted(name for name, preset in PRESETS.items() if not preset.figure)
 L1_PRESETS = [name for name in GENERIC if PRESETS[name].metric == "l1"]
+# every figure ``ldpdist reproduce`` draws, for the style checks
+EVERY_FIGURE = sorted([*PRESETS, "linear-queries"])
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +61,9 @@ def reproduced(tmp_path_factory):
                 status = cli.main(["reproduce", name, "--tiny", "--runs", str(RUNS),
                                    "--out", str(out)])
             assert status == 0 and len(saved) == 1
-            cache[name] = saved[0], read_csv(out / f"{name}.csv")
+            rows = (lq.read(out / f"{name}.csv") if name == "linear-queries"
+                    else read_csv(out / f"{name}.csv"))
+            cache[name] = saved[0], rows
         return cache[name]
 
     return get
@@ -73,9 +84,14 @@ def series_key(line) -> str:
     return line.get_label().split(",")[0]
 
 
+def title_text(ax) -> str:
+    """A panel title without its letter: 'Geo(0.8): k = 1000 …' from '(a) Geo(0.8): …'."""
+    return re.sub(r"^\([a-z]\) ", "", ax.get_title())
+
+
 def panel_key(ax):
-    """(distribution, ε, k) from a panel title 'Geo(0.8): k = 1000, ε = 0.5 …'."""
-    match = re.match(r"(.+): k = (\d+), ε = ([^\s,]+)", ax.get_title())
+    """(distribution, ε, k) from a panel title '(a) Geo(0.8): k = 1000, ε = 0.5 …'."""
+    match = re.match(r"(.+): k = (\d+), ε = ([^\s,]+)", title_text(ax))
     assert match, ax.get_title()
     return match[1], float(match[3]), int(match[2])
 
@@ -144,15 +160,17 @@ def test_cp_sparsity_is_shown(name, reproduced):
             sparsity.setdefault(r["distribution"], set()).add(r["sparsity"])
     assert sparsity["Unif(10)"] == {10} and sparsity["Unif(25)"] == {25}
     for ax in panels(figure):
-        distribution = ax.get_title().split(":")[0]
+        distribution = title_text(ax).split(":")[0]
         (s,) = sparsity[distribution]
         cp = [line for line in data_lines(ax) if line.get_label().startswith("CP ")
               and "/auto" not in line.get_label()]
         assert cp and all(f"s = {s}" in line.get_label() for line in cp)
         assert f"s = {s}" in ax.get_title()
+    # s differs between panels: said once, in the figure's title, not in every legend entry
     cp_entries = [text for text in legend_texts(figure)
                   if text.startswith("CP ") and "/auto" not in text]
-    assert cp_entries and all("s " in text or "s = " in text for text in cp_entries)
+    assert cp_entries and not any("s " in text for text in cp_entries), cp_entries
+    assert figure._suptitle.get_text().count("s (known): in the panel titles") == 1
 
 
 @pytest.mark.parametrize("name", [n for n in GENERIC if PRESETS[n].x == "n"])
@@ -242,3 +260,154 @@ def test_support_presets_plot_mean_tv_against_the_support(name, reproduced):
                 assert len(runs) == RUNS and y == pytest.approx(np.mean(runs), rel=1e-12)
                 checked += 1
     assert checked == len(values)
+
+
+# -- one style for every preset ---------------------------------------------------------------
+
+
+def reading_order(figure):
+    """The visible axes, top to bottom then left to right."""
+    axes = [ax for ax in figure.axes if ax.get_visible()]
+    return sorted(axes, key=lambda ax: (-round(ax.get_position().y1, 2),
+                                        round(ax.get_position().x0, 2)))
+
+
+def line_mechanism(label: str) -> str:
+    """The mechanism of a data line: 'CP' from 'CP (project), s = 3', 'Gaussian' from
+    'Gaussian, raw' and from 'Gaussian (A = I), raw' (the same protocol), 'HL-HR s=10' from
+    itself; projected HR is HR."""
+    name = label.split(" (")[0].split(",")[0]
+    return "HR" if name == "projected HR" else name
+
+
+def line_series(label: str) -> tuple:
+    """(mechanism, decoder or estimator) of a data line's label."""
+    head = label.split("\n")[0].split(", s = ")[0]
+    if ", " in head:                      # 'Gaussian (A = I), raw' (linear queries)
+        name, estimator = head.rsplit(", ", 1)
+        return line_mechanism(name), estimator.rstrip(":")
+    match = re.fullmatch(r"(.*) \(([^)]*)\)", head)   # 'CP (project)'
+    return (line_mechanism(match[1]), match[2]) if match else (line_mechanism(head), "")
+
+
+@pytest.mark.parametrize("name", EVERY_FIGURE)
+def test_panels_are_lettered_once_in_reading_order(name, reproduced):
+    figure, _ = reproduced(name)
+    letters = [re.match(r"\(([a-z])\) \S", ax.get_title()) for ax in reading_order(figure)]
+    assert all(letters), [ax.get_title() for ax in reading_order(figure)]
+    assert [m[1] for m in letters] == [chr(ord("a") + i) for i in range(len(letters))]
+
+
+@pytest.mark.parametrize("name", EVERY_FIGURE)
+def test_one_legend_below_the_panels_in_the_common_fonts(name, reproduced):
+    figure, _ = reproduced(name)
+    assert len(figure.legends) == 1
+    assert all(ax.get_legend() is None for ax in figure.axes)
+    legend = figure.legends[0]
+    assert legend.get_window_extent().y1 <= min(ax.get_window_extent().y0
+                                                for ax in reading_order(figure))
+    assert {text.get_fontsize() for text in legend.get_texts()} == {FONT_SIZES["legend"]}
+    assert FONT_SIZES["legend"] >= 10
+    assert figure._suptitle.get_fontsize() == FONT_SIZES["suptitle"]
+    for ax in reading_order(figure):
+        assert ax.title.get_fontsize() == FONT_SIZES["title"], ax.get_title()
+        assert ax.xaxis.label.get_fontsize() == FONT_SIZES["label"]
+        assert ax.get_xlabel() in ("n (users)", "support size s of p", "")
+        sizes = {tick.get_fontsize() for tick in ax.get_xticklabels() + ax.get_yticklabels()}
+        assert sizes <= {FONT_SIZES["tick"]}, sizes
+
+
+@pytest.mark.parametrize("name", EVERY_FIGURE)
+def test_no_repeated_legend_entries(name, reproduced):
+    figure, _ = reproduced(name)
+    texts = [text for text in legend_texts(figure) if text]
+    assert len(texts) == len(set(texts)), sorted(t for t in texts if texts.count(t) > 1)
+    assert not any("panel titles" in text for text in texts)
+
+
+def look(line):
+    return (line.get_color(), line.get_marker(), line.get_linestyle(),
+            str(line.get_markerfacecolor()), line.get_markersize(), line.get_linewidth())
+
+
+@pytest.mark.parametrize("name", EVERY_FIGURE)
+def test_series_have_distinguishable_styles(name, reproduced):
+    """In every panel and in the legend, two data series never look alike, and not even
+    alike in grey scale (marker, line style, fill and size)."""
+    figure, _ = reproduced(name)
+    for ax in reading_order(figure):
+        lines = data_lines(ax)
+        grey = [look(line)[1:] for line in lines]
+        assert len(set(grey)) == len(grey), (ax.get_title(), [l.get_label() for l in lines])
+    # legend entries that look alike are one series (the Gaussian protocol's raw estimate
+    # in two experiments)
+    series = defaultdict(set)
+    for handle, text in zip(figure.legends[0].legend_handles, legend_texts(figure)):
+        if text and getattr(handle, "get_marker", lambda: "None")() not in (None, "", "None",
+                                                                             "none"):
+            series[look(handle)].add(line_series(text))
+    assert all(len(names) == 1 for names in series.values()), series
+
+
+def test_a_mechanism_has_one_colour_in_every_figure(reproduced):
+    colours = defaultdict(set)
+    for name in EVERY_FIGURE:
+        figure, _ = reproduced(name)
+        for ax in reading_order(figure):
+            for line in data_lines(ax):
+                if not line.get_label().startswith("_"):
+                    colours[line_mechanism(line.get_label())].add(
+                        matplotlib.colors.to_hex(line.get_color()))
+    assert {"HR", "RR", "CP", "Gaussian"} <= set(colours)
+    assert {name: c for name, c in colours.items() if len(c) > 1} == {}
+    # and different mechanisms do not share a colour (families share their map's hues)
+    owners = defaultdict(set)
+    for name, (colour,) in colours.items():
+        owners[colour].add(name.split(" ")[0] if "=" in name else name)
+    shared = {c: n for c, n in owners.items() if len(n) > 1}
+    assert all(n <= {"Gaussian", "Gaussian (A = I)"} for n in shared.values()), shared
+
+
+def test_distribution_panels_have_one_order_in_every_preset(reproduced):
+    orders = {}
+    for name in L1_PRESETS:
+        figure, _ = reproduced(name)
+        orders[name] = list(dict.fromkeys(panel_key(ax)[0] for ax in reading_order(figure)))
+    assert len({tuple(order) for order in orders.values()}) == 1, orders
+
+
+def hull_rows(convex_factor):
+    rows = []
+    for estimator, factor in (("raw", 2.0), ("symmetric hull", 1.0),
+                              ("convex hull", convex_factor)):
+        for n in (1000, 10_000):
+            for run in range(2):
+                rows.append({"panel": "a", "method": "Gaussian", "estimator": estimator,
+                             "J": 50, "d": 4, "epsilon": 1.0, "delta": 1e-6, "n": n,
+                             "run": run, "error": factor / n ** 0.5, "l2": 0.0, "linf": 0.0,
+                             "bound": 10 / n ** 0.5, "seconds": 0.0, "path": "privatize"})
+    return rows
+
+
+@pytest.mark.parametrize("factor, note", [(1.0, "coincides with symmetric hull"),
+                                          (1.004, "within 1% of symmetric hull"),
+                                          (0.5, None)])
+def test_coinciding_hull_curves_stay_visible_and_the_legend_says_so(factor, note):
+    import matplotlib.pyplot as plt
+
+    fig = lq.figure(hull_rows(factor))
+    try:
+        (ax,) = reading_order(fig)
+        lines = {line.get_label().split("\n")[0]: line for line in data_lines(ax)}
+        symmetric, convex = lines["Gaussian, symmetric hull"], lines["Gaussian, convex hull"]
+        # the convex one on top, thinner, smaller, white-filled, dashed: both stay visible
+        assert convex.get_zorder() > symmetric.get_zorder()
+        assert convex.get_markersize() < symmetric.get_markersize()
+        assert convex.get_linewidth() < symmetric.get_linewidth()
+        assert convex.get_linestyle() != symmetric.get_linestyle()
+        assert symmetric.get_alpha() < 1
+        texts = [t for t in legend_texts(fig) if t.startswith("Gaussian, convex hull")]
+        assert len(texts) == 1
+        assert (note in texts[0]) if note else ("symmetric" not in texts[0]), texts
+    finally:
+        plt.close(fig)

@@ -39,16 +39,20 @@ def outcome(call):
 # The cases issue 8 found (abort, OOM kill, 16 GiB from a small spec, 10 GB from_bytes).
 CASES = {
     "rr-k2^28-estimate-one-report":
-        "m = ldpdist.RandomizedResponse(2**28, 1.0); outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+        "m = ldpdist.RandomizedResponse(2**28, 1.0); "
+        "outcome(lambda: m.estimate(m.as_reports(np.array([5], np.uint32))))",
     "hr-k2^27-estimate-one-report":
-        "m = ldpdist.HadamardResponse(2**27, 1.0); outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+        "m = ldpdist.HadamardResponse(2**27, 1.0); "
+        "outcome(lambda: m.estimate(m.as_reports(np.array([5], np.uint32))))",
     "rappor-k2^24-estimate-one-report":
-        "m = ldpdist.RAPPOR(2**24, 1.0); r = np.zeros((1, 2**21), np.uint8); outcome(lambda: m.estimate(r))",
+        "m = ldpdist.RAPPOR(2**24, 1.0); r = m.as_reports(np.zeros((1, 2**21), np.uint8)); "
+        "outcome(lambda: m.estimate(r))",
     "rr-k10^9-simulate":
         "m = ldpdist.RandomizedResponse(10**9, 1.0); c = np.zeros(10**9, np.uint8); c[0] = 3; "
         "outcome(lambda: m.simulate(c, seed=1))",
     "rr-k10^8-estimate-two-reports":
-        "m = ldpdist.RandomizedResponse(10**8, 1.0); outcome(lambda: m.estimate(np.array([1, 2], np.uint32)))",
+        "m = ldpdist.RandomizedResponse(10**8, 1.0); "
+        "outcome(lambda: m.estimate(m.as_reports(np.array([1, 2], np.uint32))))",
     "cp-rademacher-k2^28":
         "outcome(lambda: ldpdist.CompressivePrivatization(2**28, 0.5, m=500, seed=1, matrix='rademacher'))",
     "small-spec-16GiB":
@@ -60,7 +64,7 @@ CASES = {
         "m = ldpdist.SubsetSelection(2**32, 1.0); outcome(lambda: m.aggregator())",
     "obhr-k2^30-estimate-one-report":
         "m = ldpdist.OneBitHadamardResponse(2**30, 1.0); "
-        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+        "outcome(lambda: m.estimate(m.as_reports(np.array([5], np.uint32))))",
     "obhr-k2^30-privatize-groups":
         "m = ldpdist.OneBitHadamardResponse(2**30, 1.0); "
         "outcome(lambda: m.privatize([1, 2], groups=[2**31 - 1, 0], seed=1))",
@@ -73,13 +77,13 @@ CASES = {
         "outcome(lambda: ldpdist.BlockHadamardResponse([2**31, 2**31], 1.0))",
     "bhr-k2^27-estimate-one-report":
         "m = ldpdist.BlockHadamardResponse([1, 2**26, 2**26 - 1], 1.0); "
-        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+        "outcome(lambda: m.estimate(m.as_reports(np.array([5], np.uint32))))",
     "hlhr-k2^32-aggregator":
         "m = ldpdist.HighLowHadamardResponse(2**32, 1.0, [1, 2**31]); "
         "outcome(lambda: m.aggregator())",
     "hlhr-k2^27-estimate-one-report":
         "m = ldpdist.HighLowHadamardResponse(2**27, 1.0, np.arange(0, 2**27, 2**10)); "
-        "outcome(lambda: m.estimate(np.array([5], np.uint32)))",
+        "outcome(lambda: m.estimate(m.as_reports(np.array([5], np.uint32))))",
     "hlhr-k2^28-realized-budgets":
         "m = ldpdist.HighLowHadamardResponse(2**28, 1.0, [7]); "
         "outcome(lambda: m.realized_budgets())",
@@ -117,15 +121,17 @@ def test_copies_of_user_arrays_ask_the_guard_first():
     done = run_limited("""
         ldpdist.set_memory_limit("64M")
         big = 2**24
+        rr, hr, rappor = (ldpdist.RandomizedResponse(16, 1.0), ldpdist.HadamardResponse(16, 1.0),
+                          ldpdist.RAPPOR(16, 1.0))
         cases = [
             ("true_counts as uint64", lambda: ldpdist.RandomizedResponse(big, 1.0).simulate(
                 np.broadcast_to(np.uint8(0), (big,)))),
-            ("the reports as uint64", lambda: ldpdist.RandomizedResponse(16, 1.0).aggregator()
-                .add(np.broadcast_to(np.int8(1), (big,)))),
-            ("native byte order", lambda: ldpdist.HadamardResponse(16, 1.0).aggregator()
-                .add(np.broadcast_to(np.array(1, ">u8"), (big,)))),
-            ("contiguous copy", lambda: ldpdist.RAPPOR(16, 1.0).aggregator()
-                .add(np.broadcast_to(np.zeros(2, np.uint8), (4 * big, 2)))),
+            ("the reports as uint64", lambda: rr.aggregator()
+                .add(rr.as_reports(np.broadcast_to(np.int8(1), (big,))))),
+            ("native byte order", lambda: hr.aggregator()
+                .add(hr.as_reports(np.broadcast_to(np.array(1, ">u8"), (big,))))),
+            ("contiguous copy", lambda: rappor.aggregator()
+                .add(rappor.as_reports(np.broadcast_to(np.zeros(2, np.uint8), (4 * big, 2))))),
         ]
         for part, call in cases:
             try:
@@ -169,11 +175,11 @@ def test_the_budget_follows_the_setter_and_the_environment():
 INTERRUPTIBLE = {
     "privatize": "m = ldpdist.SubsetSelection(10_000, 1.0); v = np.zeros(400_000, np.uint32); "
                  "go(lambda: m.privatize(v, seed=1))",
-    "aggregate": "m = ldpdist.RAPPOR(16_384, 1.0); "
-                 "r = np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8); "
+    "aggregate": "m = ldpdist.RAPPOR(16_384, 1.0); r = m.as_reports("
+                 "np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8)); "
                  "go(lambda: [m.aggregator().add(r) for _ in range(20)])",
-    "estimate": "m = ldpdist.RAPPOR(16_384, 1.0); "
-                "r = np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8); "
+    "estimate": "m = ldpdist.RAPPOR(16_384, 1.0); r = m.as_reports("
+                "np.random.default_rng(0).integers(0, 256, (600_000, 2048), dtype=np.uint8)); "
                 "go(lambda: [m.estimate(r) for _ in range(20)])",
     "simulate": "m = ldpdist.SubsetSelection(10_000, 0.5); c = np.full(10_000, 10**8, np.uint64); "
                 "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
@@ -184,11 +190,12 @@ INTERRUPTIBLE = {
                                "c = np.full(2**25, 10**6, np.uint64); "
                                "go(lambda: [m.simulate(c, seed=s) for s in range(20)])",
     "estimate-hadamard": "m = ldpdist.HadamardResponse(2**26, 1.0); "
-                         "go(lambda: [m.estimate(np.array([5], np.uint32)) for _ in range(20)])",
+                         "r = m.as_reports(np.array([5], np.uint32)); "
+                         "go(lambda: [m.estimate(r) for _ in range(20)])",
     "estimate-high-low-hadamard": "m = ldpdist.HighLowHadamardResponse(2**26, 1.0, "
                                   "np.arange(0, 2**26, 3)); "
-                                  "go(lambda: [m.estimate(np.array([5], np.uint32)) "
-                                  "for _ in range(20)])",
+                                  "r = m.as_reports(np.array([5], np.uint32)); "
+                                  "go(lambda: [m.estimate(r) for _ in range(20)])",
     "ibu-local-hashing": "m = ldpdist.OptimizedLocalHashing(2**22, 1.0); "
                          "r = m.privatize(np.arange(10), seed=1); go(lambda: m.estimate(r, 'ibu'))",
     "sign-matrix": "from ldpdist import kernels; go(lambda: kernels.SignMatrix(1, 4096, 2**22, 'balanced'))",
@@ -198,7 +205,12 @@ INTERRUPTIBLE = {
                                      "go(lambda: [m.aggregator().add(r) for _ in range(20)])",
 }
 
+# The child sets its own SIGINT disposition first: a shell that starts the test run in the
+# background (job control off) makes SIGINT ignored, children inherit that, and Python then
+# installs no KeyboardInterrupt handler, so the test would depend on how it was launched.
 CTRL_C_PRELUDE = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import sys, time
 import numpy as np
 import ldpdist
@@ -213,10 +225,15 @@ def go(call):
 """
 
 
+def _ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.mark.parametrize("name", sorted(INTERRUPTIBLE))
-def test_ctrl_c_interrupts_long_work_within_a_second(name):
+def test_ctrl_c_interrupts_long_work_within_a_second(name, preexec_fn=None):
     child = subprocess.Popen([sys.executable, "-c", CTRL_C_PRELUDE + INTERRUPTIBLE[name]],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=preexec_fn)
     try:
         assert child.stdout.readline().strip() == "started", child.stderr.read()
         time.sleep(1.0)
@@ -231,3 +248,9 @@ def test_ctrl_c_interrupts_long_work_within_a_second(name):
     assert child.returncode == 0, err
     latency = float(caught[0].split()[1]) - sent
     assert latency < 1.0, f"{name}: KeyboardInterrupt {latency:.2f} s after SIGINT"
+
+
+def test_ctrl_c_does_not_depend_on_the_inherited_sigint_disposition():
+    """A child started with SIGINT ignored (as under `pytest ... &` in a non-interactive
+    shell) still gets KeyboardInterrupt: the prelude sets its own disposition."""
+    test_ctrl_c_interrupts_long_work_within_a_second("rust-loop", preexec_fn=_ignore_sigint)

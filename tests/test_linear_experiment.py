@@ -109,7 +109,7 @@ def test_projected_hr_beats_the_gaussian_protocol_for_distributions(quick_rows):
 def test_tiny_runs_from_the_command_line(tmp_path, capsys):
     assert cli.main(["reproduce", "linear-queries", "--tiny", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "linear-queries.csv" in out and "note's reference" in out
+    assert "linear-queries.csv" in out and "independent reference check" in out
     rows = lq.read(tmp_path / "linear-queries.csv")
     assert len(rows) == (2 * len(lq.ESTIMATORS) * 2 + 4 * 2 + 2)
     assert math.isfinite(sum(r["error"] for r in rows))

@@ -527,7 +527,11 @@ def test_the_memory_guard_refuses_before_allocating():
     assert done.stdout.split() == ["refused"] * 6 + ["accepted"], done.stdout + done.stderr
 
 
+# The child sets its own SIGINT disposition first, so the test does not depend on how the
+# run was launched (a background job of a non-interactive shell inherits SIGINT ignored).
 CTRL_C = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import time
 import numpy as np
 from ldpdist import privacy

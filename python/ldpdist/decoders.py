@@ -80,9 +80,9 @@ def noise_level_sparsity(raw: np.ndarray) -> int:
     most entries of p̃ are pure noise, so no mechanism-specific variance formula is needed.
     All k candidates are scored in O(k log k) (one sort): for sorted v, the projection of
     the top s keeps the first r_s + 1 entries minus θ_s, where r_s = min(s − 1, ρ) and ρ is
-    the last index of the (prefix-only) simplex condition. Measured against the known s in
-    the README ("Sparse estimation"): equal where the support stands out of the noise,
-    between the known-s and the plain projection where it does not.
+    the last index of the (prefix-only) simplex condition. Against the known s (the
+    ``sparse-shootout`` preset, docs: Accuracy): equal where the support stands out of the
+    noise, between the known-s and the plain projection where it does not.
     """
     raw = np.asarray(raw, dtype=np.float64)
     if raw.ndim != 1 or raw.size == 0:

@@ -2,10 +2,8 @@
 
 All functions take and return numpy arrays, release the GIL while they compute, and run on
 all cores (rayon; set ``RAYON_NUM_THREADS`` to limit them). Seeded results do not depend on
-the number of threads.
+the number of threads. The functions, by family:
 
-Functions
----------
 fwht, fwht_inplace, fwht_int
     Unnormalized Walsh–Hadamard transform ``H @ x`` in Sylvester order,
     ``H[r, c] = (-1)**popcount(r & c)``.
@@ -166,7 +164,8 @@ class SignMatrix:
 
     Column ``j`` is a pure function of ``(seed, j)``: a client computes its own column with
     :func:`sign_column` in O(m) without the rest of the matrix. The generator is specified in
-    the README ("Seeded sign matrices") and pinned by test vectors.
+    the documentation (:doc:`/reference/formats`, "Seeded sign matrices") and pinned by test
+    vectors.
 
     Parameters
     ----------

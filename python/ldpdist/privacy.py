@@ -1,7 +1,9 @@
-"""Privacy budgets as data: context-aware LDP (papers/context-aware-ldp.txt, Section 2).
+"""Privacy budgets as data: context-aware LDP (Acharya, Bonawitz, Kairouz, Ramage, Sun,
+"Context-Aware Local Differential Privacy", ICML 2020, Section 2; see the docs page
+Mechanisms › Context-aware LDP, docs/mechanisms/context-aware.md).
 
 A *budget matrix* ``E`` (k × k, float64) gives one budget per ordered pair of inputs: a
-channel ``Q`` (k × |Y|, ``Q[x, y] = Q(y | x)``, rows summing to 1) is **E-LDP** when
+channel ``Q`` (k × ``|Y|``, ``Q[x, y] = Q(y | x)``, rows summing to 1) is **E-LDP** when
 
     Q(y | x) ≤ e^{E[x, x']} · Q(y | x')      for all x, x', y.
 
@@ -16,10 +18,9 @@ the inequality above (so ``E`` need not be symmetric: High-Low budgets are not).
 
 The verifier (``rust/privacy.rs``). :func:`verify` and :func:`realized_budgets` run in the
 Rust core, without the GIL, on every core (``RAYON_NUM_THREADS`` limits them), in
-O(k² · |Y|) time and O(k · |Y|) memory (the log channel ``ln Q``, plus the k × k result of
+O(k² · ``|Y|``) time and O(k · ``|Y|``) memory (the log channel ``ln Q``, plus the k × k result of
 :func:`realized_budgets`), which the memory guard checks before anything is allocated
-(``MemoryError`` otherwise); Ctrl-C interrupts them. Measured: k = 2000, |Y| = 4000 in about
-0.5 s on 2 cores (README, "Privacy budgets"). Results are exact and reproducible:
+(``MemoryError`` otherwise); Ctrl-C interrupts them. Results are exact and reproducible:
 
 * every amount is the float64 value of ``(ln Q(y|x) − ln Q(y|x')) − E[x, x']`` with ``ln``
   the C library's ``log`` (the one ``math.log`` uses), bit for bit, whatever the number of
@@ -151,7 +152,7 @@ def verify(Q: Any, E: Any) -> Violation:
 
     Parameters
     ----------
-    Q : array_like, shape (k, |Y|)
+    Q : array_like, shape (k, ``|Y|``)
         The channel, ``Q[x, y] = Q(y | x)`` (probabilities; rows need not be normalized).
     E : array_like, shape (k, k)
         A budget matrix (:func:`check_budgets`).
@@ -163,7 +164,7 @@ def verify(Q: Any, E: Any) -> Violation:
         ``(ln Q(y|x) − ln Q(y|x')) − E[x, x']`` at the worst triple, the lexicographically
         first among exact ties.
 
-    Cost O(k² · |Y|) in the Rust core (all cores, no GIL), O(k · |Y|) memory; see the
+    Cost O(k² · ``|Y|``) in the Rust core (all cores, no GIL), O(k · ``|Y|``) memory; see the
     module documentation.
     """
     Q = _channel(Q, "privacy.verify")

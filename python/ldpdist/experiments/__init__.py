@@ -35,7 +35,7 @@ Compressive privatization (CP) needs the sparsity s given to OMP: for ``unif:s``
 otherwise the smallest support holding ``mass`` of the probability (preset parameter, 0.99 by
 default). The paper asks for top-s mass ≥ 0.9; s at 90% leaves a 4–10% tail that is an error
 floor (CP lands near projected HR on Geo), while 99% also satisfies the paper's condition and
-measured 2–3× below HR (README, "Compressive privatization"). The public matrix seed of CP
+recovers the head well (docs: Accuracy, and Mechanisms › Compressive privatization). The public matrix seed of CP
 is drawn per run.
 
 Reproducibility: point i of a grid draws its counts and mechanism seeds from
@@ -44,10 +44,10 @@ results do not depend on ``--jobs`` (nor on the thread count: seeded sampling is
 bit-identical whatever the number of threads).
 
 ``ldpdist reproduce linear-queries`` is not such a grid (its panels are query answers, not
-distributions): :mod:`ldpdist.experiments.linear_queries` runs it and writes its own CSV
+distributions): ``ldpdist.experiments.linear_queries`` runs it and writes its own CSV
 columns.
 
-Python API: :data:`PRESETS`, :func:`preset_points`, :func:`make_points`, :func:`run_grid`,
+Python API: :data:`PRESETS`, :func:`make_points`, :func:`run_grid`,
 :func:`write_csv`, :func:`read_csv`, :func:`plot` (:func:`figure` returns its Figure).
 """
 

@@ -1,5 +1,7 @@
-"""Presets of the compressive-privatization paper (shared/papers/compressive-privatization.txt):
-its Figures 2 and 3."""
+"""Presets of Z. Xiong, Z. Huang, X. Mao, J. Wang, S. Ying, "Compressive Privatization: Sparse
+Distribution Estimation under Locally Differential Privacy", arXiv:2012.02081 (2020): its
+Figures 2 and 3 (see the docs page Mechanisms › Compressive privatization,
+docs/mechanisms/compressive.md)."""
 
 from __future__ import annotations
 

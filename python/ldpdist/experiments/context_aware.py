@@ -1,6 +1,7 @@
-"""The ``context-aware`` preset: first measurements for the context-aware LDP paper
-(shared/papers/context-aware-ldp.txt; notes: shared/notes/context-aware.md), which has no
-experiments of its own.
+"""The ``context-aware`` preset: first measurements for J. Acharya, K. Bonawitz, P. Kairouz,
+D. Ramage, Z. Sun, "Context-Aware Local Differential Privacy", ICML 2020, which has no
+experiments of its own (the mechanisms, and the errata this project corrects, are on the docs
+page Mechanisms › Context-aware LDP, docs/mechanisms/context-aware.md).
 
 On the same users (k = 10^4, ε = 1, p uniform on [0, k), n = 10^5 … 10^11 by ``simulate``,
 exact in law at a cost independent of n), raw estimates — the estimators the paper's bounds
@@ -20,7 +21,8 @@ are about:
 
 Outputs: ``context-aware.csv`` (the usual rows), ``context-aware-savings.csv`` (one row per
 context-aware mechanism: structure, parameter, predicted and measured saving, the ℓ1·√n
-constants and their spread) and ``context-aware.png`` (the three panels).
+constants and their spread) and ``context-aware.png`` (the three panels, in the style of
+every ``ldpdist reproduce`` figure: :mod:`ldpdist.experiments.plotting`).
 """
 
 from __future__ import annotations
@@ -149,44 +151,36 @@ def savings_text(table: Sequence[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-_BASE_LOOK = {"HR": ("tab:red", "D"), "RR": ("tab:blue", "o")}
-
-
-def _look(mechanism: str, index: int, count: int) -> Dict[str, Any]:
-    import matplotlib
-
-    if mechanism in _BASE_LOOK:
-        color, marker = _BASE_LOOK[mechanism]
-    else:
-        cmap = "viridis" if mechanism.startswith("HL-HR") else "plasma"
-        color = matplotlib.colors.to_hex(matplotlib.colormaps[cmap](0.15 + 0.6 * index
-                                                                     / max(count - 1, 1)))
-        marker = ("s", "^", "v", "P", "X")[index % 5]
-    return dict(color=color, marker=marker, markersize=5, linewidth=1.4)
-
-
 def figure(rows: Sequence[Dict[str, Any]], title: str = "context-aware"):
     """The three panels: (a) High-Low, (b) Block, each ℓ1 (raw, mean over runs, min–max
-    band) vs n with the paper's bounds dashed in the curve's colour; (c) the savings."""
-    import matplotlib
+    band) vs n with the paper's bounds dashed in the curve's colour; (c) the savings. In
+    the style of every ``ldpdist reproduce`` figure (:mod:`ldpdist.experiments.plotting`):
+    a mechanism has the same colour and marker as in the other figures, raw estimates are
+    dotted with hollow markers, one legend below the panels."""
+    from matplotlib.lines import Line2D
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plotting import (FONT_SIZES, _METRIC_LABEL, bound_look, finish, format_n_axis,
+                           legend_columns, mechanism_look, series_look, statistics_handles,
+                           style_panel, subplots, _runs_text)
 
     raw = [row for row in rows if row["decoder"] == "raw"]
     if not raw:
         raise ValueError("no raw-decoder rows to plot")
     k, epsilon = int(raw[0]["k"]), float(raw[0]["epsilon"])
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.6))
+    fig, axes = subplots(3, 3)
     ns_all = sorted({int(row["n"]) for row in raw})
     grid_n = np.array(ns_all, dtype=float)
-    panels = (("HL-HR", ("HR", "RR"), "(a) High-Low HR: s sensitive symbols"),
-              ("Block HR", ("HR",), "(b) Block HR: m equal blocks"))
-    for ax, (family, baselines, heading) in zip(axes, panels):
+    panels = (("HL-HR", ("HR", "RR"), "High-Low HR: s sensitive symbols", "19"),
+              ("Block HR", ("HR",), "Block HR: m equal blocks", "24"))
+    # legend columns: the baselines, then each family's curves with their bounds
+    groups: List[List[Tuple[Any, str]]] = [[]]
+    run_counts: List[int] = []
+    for index, (ax, (family, baselines, heading, equation)) in enumerate(zip(axes, panels)):
         members = sorted({row["mechanism"] for row in raw
                           if row["mechanism"].startswith(family)},
                          key=lambda name: _parameter(name)[1])
-        for index, mechanism in enumerate([*baselines, *members]):
+        groups.append([])
+        for mechanism in [*baselines, *members]:
             data: Dict[int, List[float]] = {}
             for row in raw:
                 if row["mechanism"] == mechanism:
@@ -194,46 +188,58 @@ def figure(rows: Sequence[Dict[str, Any]], title: str = "context-aware"):
             if not data:
                 continue
             ns = sorted(data)
-            look = _look(mechanism, index - len(baselines), len(members))
+            run_counts.extend(len(data[n]) for n in ns)
+            look = series_look(mechanism, "raw")
             ax.plot(ns, [np.mean(data[n]) for n in ns], label=mechanism, **look)
             ax.fill_between(ns, [min(data[n]) for n in ns], [max(data[n]) for n in ns],
                             color=look["color"], alpha=0.15, linewidth=0)
+            group = groups[-1] if mechanism in members else groups[0]
+            group.append((Line2D([], [], **look), mechanism))
             if mechanism in members:
                 _, parameter = _parameter(mechanism)
                 bound = (high_low_bound if family == "HL-HR" else block_bound)
+                label = f"bound ({equation}), {mechanism.split()[-1]}"
                 ax.plot(grid_n, [bound(k, parameter, epsilon, n) for n in grid_n],
-                        linestyle="--", color=look["color"], linewidth=1.0,
-                        label=f"bound ({'19' if family == 'HL-HR' else '24'}), "
-                              f"{mechanism.split()[-1]}")
-        ax.set_xscale("log")
+                        label=label, **bound_look(look["color"]))
+                group.append((Line2D([], [], **bound_look(look["color"])), label))
+        format_n_axis(ax, ns_all)
         ax.set_yscale("log")
-        ax.set_xlabel("n (users)")
-        ax.set_ylabel("ℓ1 error of the raw estimate")
-        ax.set_title(f"{heading}\nk = {k}, ε = {epsilon:g}, p uniform", fontsize=10)
-        ax.grid(True, which="major", alpha=0.35)
-        ax.legend(fontsize=8, ncol=2)
+        style_panel(ax, index, f"{heading}\nk = {k}, ε = {epsilon:g}, p uniform",
+                    "n (users)", _METRIC_LABEL["l1"])
     ax = axes[2]
     table = savings(rows)
     labels = [row["mechanism"] for row in table]
     x = np.arange(len(table))
-    ax.scatter(x - 0.1, [row["predicted"] for row in table], marker="o", facecolor="none",
-               edgecolor="black", label="predicted: k²/(s² + k/ε) or m")
-    ax.scatter(x + 0.1, [row["measured"] for row in table], marker="D", color="tab:green",
-               label="measured: (C_HR / C)², ℓ1 = C/√n")
+    predicted_look = dict(marker="o", markersize=9, linestyle="none", color="black",
+                          markerfacecolor="none", markeredgewidth=1.2)
+    ax.plot(x - 0.1, [row["predicted"] for row in table], **predicted_look)
     for xi, row in zip(x, table):
-        ax.annotate(f"{row['measured']:.3g}", (xi + 0.1, row["measured"]), fontsize=8,
-                    xytext=(4, 4), textcoords="offset points")
+        color, marker = mechanism_look(row["mechanism"])
+        ax.plot([xi + 0.1], [row["measured"]], marker=marker, markersize=8, linestyle="none",
+                color=color)
+        measured = row["measured"]
+        text = f"{measured / 1000:.3g}k" if measured >= 1000 else f"{measured:.3g}"
+        ax.annotate(text, (xi + 0.1, measured), fontsize=FONT_SIZES["tick"], xytext=(5, -4),
+                    textcoords="offset points", va="top")
     ax.set_yscale("log")
+    values = [row[key] for row in table for key in ("predicted", "measured")]
+    if values:
+        ax.set_ylim(min(values) / 3, max(values) * 3)
+    ax.set_xlim(-0.6, len(table) - 0.2)
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("sample-size saving against HR")
-    ax.set_title("(c) n_HR / n at equal ℓ1 error", fontsize=10)
-    ax.grid(True, which="major", axis="y", alpha=0.35)
-    ax.legend(fontsize=8)
-    runs = sorted({int(row["run"]) for row in raw})
-    fig.suptitle(f"{title}\nline: mean over {len(runs)} run{'s' if len(runs) != 1 else ''}; "
-                 "band: min–max; dashed: the paper's bounds", fontsize=11)
-    fig.tight_layout()
+    ax.set_xticklabels(labels, rotation=30, ha="right")
+    style_panel(ax, 2, "sample-size saving against HR\nn_HR / n at equal ℓ1 error", "",
+                "n_HR / n")
+    runs = _runs_text(run_counts)
+    handles, texts = statistics_handles(runs)
+    reference = [(Line2D([], [], **predicted_look), "(c) predicted: k²/(s² + k/ε) or m"),
+                 (Line2D([], [], marker="s", markersize=8, linestyle="none", color="0.45"),
+                  "(c) measured (C_HR / C)², ℓ1 = C/√n: filled, in the mechanism's colour"),
+                 *zip(handles, texts)]
+    handles, texts, legend_rows = legend_columns(groups, reference)
+    finish(fig, handles, texts, legend_rows, title,
+           f"raw estimates; line: mean over {runs}; band: min–max over the runs; "
+           "dashed: the paper's bounds")
     return fig
 
 

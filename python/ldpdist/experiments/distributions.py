@@ -78,6 +78,8 @@ def load_distribution(path: str) -> np.ndarray:
 
 
 def distribution_label(spec: str) -> str:
+    """The name plots and tables give a ``--dist`` spec: ``geo:0.8`` → ``Geo(0.8)``,
+    ``unif:10`` → ``Unif(10)``, a file → its base name."""
     kind, param = parse_distribution(spec)
     if kind == "file":
         return os.path.basename(spec)

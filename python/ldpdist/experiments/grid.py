@@ -115,6 +115,9 @@ def equal_blocks(k: int, m: int) -> List[int]:
 
 def build_mechanism(name: str, k: int, epsilon: Optional[float], m: Optional[int], seed: int,
                     params: Tuple[Tuple[str, Any], ...] = ()):
+    """The mechanism a grid point runs: ``name`` (a short name such as ``"hr"``, or a class
+    name) at ``k`` and ``epsilon``, with CP's ``m``, the public ``seed`` of the mechanisms
+    that have one, and a preset's extra ``params``."""
     import ldpdist
 
     key = mechanism_key(name)

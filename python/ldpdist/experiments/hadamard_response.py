@@ -1,5 +1,7 @@
-"""Presets of the Hadamard-response slides (shared/papers/): ℓ2 error and decoding time
-against n."""
+"""Presets of the slides of J. Acharya, Z. Sun, H. Zhang, "Hadamard Response: Estimating
+Distributions Privately, Efficiently, and with Little Communication", AISTATS 2019
+(arXiv:1802.04705), as presented at ITA 2018: ℓ2 error and decoding time against n (see the
+docs page Mechanisms › Classic mechanisms, docs/mechanisms/classic.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,6 @@ PRESETS: Dict[str, Preset] = {
         ns=(10_000, 30_000, 100_000, 300_000, 1_000_000), runs=3, metric="seconds",
         path="privatize", quick_ns=(10_000, 30_000, 100_000, 300_000), quick_runs=2,
         tiny_ks=(100, 1000), tiny_ns=(2000, 20000),
-        notes="eps = 1 is our choice (the slides' value is not in the notes)"),
+        notes="eps = 1 is our choice (the slides' text does not give its value)"),
 }
 

@@ -1,29 +1,35 @@
-"""The ``linear-queries`` preset: first measurements for the linear-queries paper
-(shared/papers/linear-queries-ldp.txt; notes: shared/notes/linear-queries.md), which has no
-experiments of its own. Three panels, all with ε = 1:
+"""The ``linear-queries`` preset: first measurements for R. Bassily, "Linear Queries
+Estimation with Local Differential Privacy", AISTATS 2019, which has no experiments of its
+own (the protocols, and the errata this project corrects, are on the docs page Mechanisms ›
+Linear queries, docs/mechanisms/linear-queries.md). Three experiments, all with ε = 1
+(column ``panel`` of the CSV: ``a``, ``b``, ``c``), drawn as four panels lettered in reading
+order: (a) offline queries, (b) and (c) distribution estimation at J = 16 and J = 1000,
+(d) adaptive queries.
 
-* (a) offline queries: d = 16 random ±1/√d queries over J = 1000 values (column norms r = 1),
-  p ~ Dirichlet(0.5) drawn once per run; error max_j |ŷ_j − ⟨q_j, p⟩| against the *true*
+* offline queries (``a``): d = 16 random ±1/√d queries over J = 1000 values (column norms
+  r = 1), p ~ Dirichlet(0.5) drawn once per run; error max_j |ŷ_j − ⟨q_j, p⟩| against the *true*
   distribution vs n for the Gaussian protocol (δ = 1e-6, analytic calibration) with and
   without the projection onto conv{±a_v}, and for the rejection-sampling protocol (pure ε,
   calibrated for the n it runs at) with and without it; the bounds of Theorems 3.2 and 3.4
   with the corrected σ are drawn (they bound the ℓ2 error, hence also the max error).
   Reports go through the protocols' ``privatize`` one user at a time (path ``privatize``).
-* (b) distribution estimation, J ∈ {16, 1000}, p ~ Dirichlet(0.5), the SAME users (one
+* distribution estimation (``b``), J ∈ {16, 1000}, p ~ Dirichlet(0.5), the SAME users (one
   histogram per run): projected Hadamard Response (the paper's Algorithm 5,
   ``HadamardResponse(J, ε, blocks=1)``, through ``simulate``, exact in law) against the
   Gaussian protocol on A = I_J (δ = 1e-6) + the projection onto conv{e_v} (the simplex); the
   mean of n Gaussian reports is the users' histogram / n + N(0, σ²/n · I) exactly in law, so it
   is drawn at that level (path ``aggregate``: n · J reports would not fit in memory at
-  J = 1000, n = 10^6). ℓ2 error against p, raw and projected; the note's reference figures
-  are printed beside the measured ones.
-* (c) adaptive queries (Algorithm 6): J = 1000, p a discretized normal, 100 rounds; the
+  J = 1000, n = 10^6). ℓ2 error against p, raw and projected; the figures of an
+  independent reference check (:data:`NOTE_REFERENCE`) are printed beside the measured ones
+  and drawn as stars.
+* adaptive queries (``c``, Algorithm 6): J = 1000, p a discretized normal, 100 rounds; the
   analyst runs 10 noisy bisection searches (the 0.1, 0.2, …, 0.9 quantiles and the median
   again), 10 rounds each, every query q_t = 1[v ≤ m_t] chosen from the answers so far; error
   max_t |ȳ_t − ⟨q_t, p⟩| vs n with the Theorem 5.2 bound.
 
-Outputs: ``linear-queries.csv`` (one row per panel, method, estimator, J, n and run; columns
-:data:`COLUMNS`), ``linear-queries.png`` (the three panels).
+Outputs: ``linear-queries.csv`` (one row per experiment, method, estimator, J, n and run;
+columns :data:`COLUMNS`), ``linear-queries.png`` (the four panels, in the style of every
+``ldpdist reproduce`` figure: :mod:`ldpdist.experiments.plotting`).
 """
 
 from __future__ import annotations
@@ -40,18 +46,18 @@ from .results import write_csv
 
 DESCRIPTION = ("Linear queries under LDP (first measurements): (a) 16 random queries over "
                "J = 1000, max error vs n for the Gaussian and rejection-sampling protocols "
-               "with and without projection, with Theorems 3.2/3.4; (b) distribution "
-               "estimation J = 16, 1000: projected HR vs Gaussian on A = I + projection; "
-               "(c) 100 adaptive bisection rounds vs Theorem 5.2; eps = 1 (runs inline: "
-               "--jobs has no effect)")
+               "with and without projection, with Theorems 3.2/3.4; (b), (c) distribution "
+               "estimation at J = 16 and J = 1000: projected HR vs Gaussian on A = I + "
+               "projection; (d) 100 adaptive bisection rounds vs Theorem 5.2; eps = 1 "
+               "(runs inline: --jobs has no effect)")
 
 EPSILON = 1.0
 DELTA = 1e-6
-QUERIES = 16            # d of panel (a)
-DOMAIN = 1000           # J of panels (a) and (c)
+QUERIES = 16            # d of experiment a
+DOMAIN = 1000           # J of experiments a and c
 DIRICHLET = 0.5
 ROUNDS = 100
-#: panel (a)'s estimators: (label, ``projection=`` of the protocols' ``estimate``)
+#: experiment a's estimators: (label, ``projection=`` of the protocols' ``estimate``)
 ESTIMATORS = (("raw", "none"), ("symmetric hull", "symmetric"), ("convex hull", "convex"))
 SEARCHES = (0.5, 0.1, 0.2, 0.3, 0.4, 0.6, 0.7, 0.8, 0.9, 0.5)   # 10 searches × 10 rounds
 
@@ -70,7 +76,8 @@ _NS = {
 _RUNS = (10, 3, 1)
 _DOMAINS_B = ((16, 1000), (16, 1000), (16,))
 
-#: the note's reference figures (ε = 1, Dirichlet(0.5), 20 runs): (J, n) -> (raw, projected)
+#: an independent reference check of projected HR made during development (ε = 1,
+#: Dirichlet(0.5), 20 runs): (J, n) -> mean ℓ2 error (raw, projected)
 NOTE_REFERENCE = {(1000, 2000): (1.53, 0.19), (1000, 200_000): (0.152, 0.068),
                   (16, 5000): (0.124, 0.101)}
 
@@ -101,9 +108,9 @@ def _row(panel: str, method: str, estimator: str, J: int, d: int, n: int, run: i
 
 
 def offline_rows(ns: Sequence[int], runs: int, seed: int) -> Iterator[Dict[str, Any]]:
-    """Panel (a). Bounds: the protocol's ``bound(n)`` (raw) or ``bound(n, projected=True)``,
-    about the users' histogram p̂, plus r/√n for the distance from A·p̂ to A·p (the paper's
-    eq. (3)): the error here is measured against the true p."""
+    """Experiment ``a`` (panel (a)). Bounds: the protocol's ``bound(n)`` (raw) or
+    ``bound(n, projected=True)``, about the users' histogram p̂, plus r/√n for the distance
+    from A·p̂ to A·p (the paper's eq. (3)): the error here is measured against the true p."""
     from .. import linear
 
     A = random_sign_queries(QUERIES, DOMAIN, seed)
@@ -129,10 +136,10 @@ def offline_rows(ns: Sequence[int], runs: int, seed: int) -> Iterator[Dict[str, 
 
 def distribution_rows(domains: Sequence[int], ns: Sequence[int], runs: int,
                       seed: int) -> Iterator[Dict[str, Any]]:
-    """Panel (b), by :func:`ldpdist.linear.distribution_estimates` (``seconds``: the four
-    estimates together). Bounds: Theorem 4.2 for projected HR (its √(4c²J/n) branch for the
-    raw estimate, Fact 4.1); for the Gaussian protocol on A = I its ``bound`` plus 1/√n (the
-    histogram's distance to p)."""
+    """Experiment ``b`` (panels (b), (c)), by :func:`ldpdist.linear.distribution_estimates`
+    (``seconds``: the four estimates together). Bounds: Theorem 4.2 for projected HR (its
+    √(4c²J/n) branch for the raw estimate, Fact 4.1); for the Gaussian protocol on A = I its
+    ``bound`` plus 1/√n (the histogram's distance to p)."""
     from .. import linear
 
     c = (math.exp(EPSILON) + 1.0) / math.expm1(EPSILON)
@@ -165,14 +172,15 @@ def distribution_rows(domains: Sequence[int], ns: Sequence[int], runs: int,
 
 
 def quantile_cdf_distribution(J: int) -> np.ndarray:
-    """Panel (c)'s p: a normal with mean 0.4 J and standard deviation J/8, discretized."""
+    """Experiment ``c``'s p: a normal with mean 0.4 J and standard deviation J/8, discretized."""
     v = np.arange(J)
     w = np.exp(-0.5 * ((v - 0.4 * J) / (J / 8)) ** 2)
     return w / w.sum()
 
 
 def adaptive_rows(ns: Sequence[int], runs: int, seed: int) -> Iterator[Dict[str, Any]]:
-    """Panel (c): noisy bisection searches, every query chosen from the answers so far."""
+    """Experiment ``c`` (panel (d)): noisy bisection searches, every query chosen from the
+    answers so far."""
     from .. import linear
 
     p = quantile_cdf_distribution(DOMAIN)
@@ -230,7 +238,8 @@ def _mean(rows: Sequence[Dict[str, Any]], **match: Any) -> Dict[int, List[float]
 
 
 def reference_text(rows: Sequence[Dict[str, Any]]) -> str:
-    """Panel (b)'s projected-HR means at the note's reference points, beside the note's."""
+    """The projected-HR means of experiment ``b`` at the points of :data:`NOTE_REFERENCE`,
+    beside the reference check's."""
     lines = []
     for (J, n), (raw, projected) in NOTE_REFERENCE.items():
         got = {}
@@ -240,48 +249,67 @@ def reference_text(rows: Sequence[Dict[str, Any]]) -> str:
                 got[estimator] = float(np.mean(data[n]))
         if len(got) == 2:
             lines.append(f"  projected HR, J = {J}, n = {n}: l2 raw {got['raw']:.3f} "
-                         f"(note {raw}), projected {got['projected']:.3f} (note {projected})")
-    return ("note's reference figures (eps = 1, Dirichlet(0.5)):\n" + "\n".join(lines)
+                         f"(check {raw}), projected {got['projected']:.3f} (check {projected})")
+    return ("independent reference check (eps = 1, Dirichlet(0.5), 20 runs):\n"
+            + "\n".join(lines)
             if lines else "")
 
 
-_COLORS = {"Gaussian": "tab:blue", "rejection sampling": "tab:orange",
-           "projected HR": "tab:red", "Gaussian (A = I)": "tab:blue",
-           "adaptive (Alg. 6)": "tab:green"}
-_MARKERS = {"Gaussian": "o", "rejection sampling": "s", "projected HR": "D",
-            "Gaussian (A = I)": "o", "adaptive (Alg. 6)": "^"}
-_STYLES = {"raw": ":", "symmetric hull": "-", "convex hull": "-", "projected": "-",
-           "round means": "-"}
+# the order of the curves and of the legend's columns
+_METHODS = ("Gaussian", "rejection sampling", "Gaussian (A = I)", "projected HR",
+            "adaptive (Alg. 6)")
+_ESTIMATOR_ORDER = ("raw", "symmetric hull", "convex hull", "projected", "round means")
 
 
-def _look(method: str, estimator: str) -> Tuple[str, str, str]:
-    marker = _MARKERS.get(method, "x")
-    if estimator == "convex hull":
-        marker = {"o": "P", "s": "X"}.get(marker, marker)
-    return _COLORS.get(method, "black"), marker, _STYLES.get(estimator, "-")
+def _coincidence(mine: Sequence[Dict[str, Any]], method: str) -> str:
+    """' (identical to …)' / ' (within 1% of …)' when the convex-hull curve of ``method``
+    coincides with its symmetric-hull curve (said in the legend: one hides the other)."""
+    convex = _mean(mine, method=method, estimator="convex hull")
+    symmetric = _mean(mine, method=method, estimator="symmetric hull")
+    if not convex or sorted(convex) != sorted(symmetric):
+        return ""
+    gaps = [abs(np.mean(convex[n]) - np.mean(symmetric[n])) / max(np.mean(symmetric[n]), 1e-300)
+            for n in convex]
+    if max(gaps) == 0:
+        return "\n(coincides with symmetric hull)"
+    return "\n(within 1% of symmetric hull)" if max(gaps) < 0.01 else ""
 
 
 def figure(rows: Sequence[Dict[str, Any]], title: str = "linear-queries"):
-    """(a) offline max error vs n with the bounds; (b) distribution estimation ℓ2 vs n, one
-    panel per J; (c) adaptive max error vs n with the Theorem 5.2 bound."""
-    import matplotlib
+    """Four panels, lettered in reading order: (a) offline max error vs n with the bounds;
+    (b), (c) distribution estimation ℓ2 vs n at J = 16 and J = 1000; (d) adaptive max error
+    vs n with the Theorem 5.2 bound. In the style of every ``ldpdist reproduce`` figure
+    (:mod:`ldpdist.experiments.plotting`): projected HR has HR's colour and marker, raw
+    estimates are dotted with hollow markers, one legend below the panels. The symmetric-
+    and convex-hull curves often coincide: the symmetric one is drawn wide and pale, the
+    convex one dashed with small white-filled markers on top of it, and the legend says when
+    they coincide."""
+    from matplotlib.lines import Line2D
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .plotting import (_METRIC_LABEL, _runs_text, bound_look, finish, format_n_axis,
+                           legend_columns, series_look, statistics_handles, style_panel,
+                           subplots)
 
     domains_b = sorted({int(row["J"]) for row in rows if row["panel"] == "b"})
-    panels = [("a", None), *(("b", J) for J in domains_b), ("c", None)]
-    columns = 2
-    lines = (len(panels) + columns - 1) // columns
-    fig, axes = plt.subplots(lines, columns, figsize=(14, 5.2 * lines), squeeze=False)
-    headings = {"a": f"(a) d = {QUERIES} random ±1/√d queries, J = {DOMAIN}, δ = {DELTA:g}",
-                "b": "(b) distribution estimation, same users, J = {J}",
-                "c": f"(c) adaptive: {ROUNDS} bisection rounds, J = {DOMAIN}"}
-    ylabels = {"a": "max_j |ŷ_j − ⟨q_j, p⟩|", "b": "ℓ2 error ‖p̂ − p‖",
+    present = {row["panel"] for row in rows}
+    panels = [panel for panel in [("a", None), *(("b", J) for J in domains_b), ("c", None)]
+              if panel[0] in present]
+    fig, axes = subplots(len(panels), 4)
+    headings = {"a": f"offline: d = {QUERIES} random ±1/√d queries\n"
+                     f"J = {DOMAIN}, ε = {EPSILON:g}, δ = {DELTA:g}",
+                "b": "distribution estimation, J = {J}\n"
+                     f"same users, ε = {EPSILON:g}, δ = {DELTA:g}",
+                "c": f"adaptive: {ROUNDS} bisection rounds\nJ = {DOMAIN}, ε = {EPSILON:g}"}
+    ylabels = {"a": "max_j |ŷ_j − ⟨q_j, p⟩|", "b": _METRIC_LABEL["l2"],
                "c": "max_t |ȳ_t − ⟨q_t, p⟩|"}
-    for ax, (panel, J) in zip(axes.flat, panels):
+    groups: Dict[str, List[Tuple[Any, str]]] = {method: [] for method in _METHODS}
+    reference: List[Tuple[Any, str]] = []
+    run_counts: List[int] = []
+    for index, (ax, (panel, J)) in enumerate(zip(axes, panels)):
         mine = [row for row in rows if row["panel"] == panel and (J is None or row["J"] == J)]
-        curves = sorted({(row["method"], row["estimator"]) for row in mine})
+        order = {name: i for i, name in enumerate(_METHODS + _ESTIMATOR_ORDER)}
+        curves = sorted({(row["method"], row["estimator"]) for row in mine},
+                        key=lambda c: (order.get(c[0], 99), order.get(c[1], 99), c))
         bounds: Dict[Tuple[str, str], Dict[int, float]] = {}
         for row in mine:
             bounds.setdefault((row["method"], row["estimator"]), {})[int(row["n"])] = \
@@ -290,10 +318,18 @@ def figure(rows: Sequence[Dict[str, Any]], title: str = "linear-queries"):
         for method, estimator in curves:
             data = _mean(mine, method=method, estimator=estimator)
             ns = sorted(data)
-            color, marker, style = _look(method, estimator)
-            ax.plot(ns, [np.mean(data[n]) for n in ns], color=color, marker=marker,
-                    linestyle=style, markersize=5, linewidth=1.4,
-                    label=f"{method}, {estimator}")
+            run_counts.extend(len(data[n]) for n in ns)
+            look = series_look(method, estimator)
+            label = f"{method}, {estimator}"
+            if estimator == "symmetric hull":     # wide and pale, under the convex hull
+                look.update(linewidth=3.5, alpha=0.45, markersize=10)
+            elif estimator == "convex hull":      # dashed, small white-filled markers, on top
+                look.update(markersize=4.5, markerfacecolor="white", zorder=3)
+                label += _coincidence(mine, method)
+            ax.plot(ns, [np.mean(data[n]) for n in ns], label=label, **look)
+            ax.fill_between(ns, [min(data[n]) for n in ns], [max(data[n]) for n in ns],
+                            color=look["color"], alpha=0.12, linewidth=0, zorder=1)
+            groups.setdefault(method, []).append((Line2D([], [], **look), label))
             bound = bounds[(method, estimator)]
             bn = sorted(bound)
             values = tuple(round(bound[n], 12) for n in bn)
@@ -302,29 +338,30 @@ def figure(rows: Sequence[Dict[str, Any]], title: str = "linear-queries"):
             drawn[(method, values)] = True
             distinct = {tuple(round(b[n], 12) for n in sorted(b))
                         for (m, _), b in bounds.items() if m == method}
-            ax.plot(bn, [bound[n] for n in bn], color=color,
-                    linestyle="-." if estimator == "raw" else "--", linewidth=1.0, alpha=0.8,
-                    label=f"bound, {method}" + (f", {estimator}" if len(distinct) > 1 else ""))
+            raw = estimator == "raw" and len(distinct) > 1   # the raw estimator's own bound
+            bound_label = f"bound, {method}" + (", raw" if raw else "")
+            line = bound_look(look["color"], raw=raw)
+            ax.plot(bn, [bound[n] for n in bn], label=bound_label, **line)
+            groups[method].append((Line2D([], [], **line), bound_label))
         if panel == "b":
             points = [(n, projected) for (ref_J, n), (_, projected) in NOTE_REFERENCE.items()
                       if ref_J == J]
             if points:
-                ax.scatter(*zip(*points), marker="*", s=90, color="black", zorder=5,
-                           label="the note's projected HR")
-        ax.set_xscale("log")
+                label = "projected HR, projected:\nindependent check (20 runs)"
+                ax.scatter(*zip(*points), marker="*", s=110, color="black", zorder=5,
+                           label=label)
+                reference.append((Line2D([], [], marker="*", markersize=11, color="black",
+                                         linestyle="none"), label))
+        format_n_axis(ax, sorted({int(row["n"]) for row in mine}))
         ax.set_yscale("log")
-        ax.set_xlabel("n (users)")
-        ax.set_ylabel(ylabels[panel])
-        ax.set_title(headings[panel].format(J=J) + f", ε = {EPSILON:g}", fontsize=10)
-        ax.grid(True, which="major", alpha=0.35)
-        ax.legend(fontsize=7)
-    for ax in list(axes.flat)[len(panels):]:
-        ax.set_visible(False)
-    runs = sorted({int(row["run"]) for row in rows})
-    fig.suptitle(f"{title}\nmean over {len(runs)} run{'s' if len(runs) != 1 else ''}; "
-                 "dashed: the theorems' bounds (with the corrected σ; raw: dash-dot)",
-                 fontsize=11)
-    fig.tight_layout()
+        style_panel(ax, index, headings[panel].format(J=J), "n (users)", ylabels[panel])
+    runs = _runs_text(run_counts)
+    handles, labels = statistics_handles(runs)
+    reference.extend(zip(handles, labels))
+    handles, labels, legend_rows = legend_columns(list(groups.values()), reference)
+    finish(fig, handles, labels, legend_rows, title,
+           f"line: mean over {runs}; band: min–max over the runs; dashed: the theorems' "
+           "bounds with the corrected σ (dash-dot: the raw estimator's, where it differs)")
     return fig
 
 

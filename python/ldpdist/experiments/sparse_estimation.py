@@ -1,6 +1,7 @@
-"""Presets of the sparse-estimation paper (shared/papers/sparse-estimation-privacy-
-communication.txt, Section 4; notes: shared/notes/sparse-estimation.md), and a shoot-out of
-the library's sparse methods that no paper has.
+"""Presets of J. Acharya, P. Kairouz, Y. Liu, Z. Sun, "Estimating Sparse Discrete
+Distributions Under Privacy and Communication Constraints", ALT 2021 (PMLR 132), Section 4
+(see the docs page Mechanisms › Sparse estimation, docs/mechanisms/sparse.md), and a
+shoot-out of the library's sparse methods that no paper has.
 
 * ``sparse-ldp`` — Figure 2 left: d_TV against the support size s = 2^i (i = 1..12) of a
   uniform p, k = 5000, n = 3·10^6, ε ∈ {0.5, 0.9}; one-bit HR (Algorithm 1) with the sparse
