@@ -6,6 +6,10 @@ a write/copy of the output).
     python3 benches/performance_table.py --quick    # fewer repeats, smaller sizes
     python3 benches/performance_table.py --figure   # also time `ldpdist reproduce cp-figure2`
                                                     # (--quick, then the full preset, --jobs 2)
+    python3 benches/performance_table.py --markdown docs/generated/performance.md
+                                                    # also write the table as a Markdown
+                                                    # fragment, with the machine facts
+                                                    # (python docs/generate.py does this)
 
 Sizes are stated per row; rates (reports/s, GB/s) make rows comparable with the issue's
 sizes when those would not fit in memory alongside a peer. Times are medians of
@@ -132,9 +136,11 @@ def bit_vector_rows(args: argparse.Namespace) -> List[Row]:
         stop = min(n_agg, start + step)
         reports[start:stop] = rappor.privatize(rng.integers(0, k, stop - start), seed=start)
 
+    declared = rappor.as_reports(reports)  # a view: reports made here, declared as RAPPOR's
+
     def aggregate():
         agg = rappor.aggregator()
-        agg.add(reports)
+        agg.add(declared)
         return agg
 
     t = median_time(aggregate, args.repeats)
@@ -162,7 +168,7 @@ def bit_vector_rows(args: argparse.Namespace) -> List[Row]:
 
 def aggregate_counts(mech, reports: np.ndarray) -> np.ndarray:
     agg = mech.aggregator()
-    agg.add(reports)
+    agg.add(mech.as_reports(reports))
     return agg.counts
 
 
@@ -290,6 +296,9 @@ def main() -> None:
                         "3 with --quick)")
     parser.add_argument("--figure", action="store_true",
                         help="also time `ldpdist reproduce cp-figure2` (quick and full)")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="also write the table to PATH as a Markdown fragment, with an "
+                             "italic line saying how and where it was measured")
     args = parser.parse_args()
     if args.repeats is None:
         args.repeats = 3 if args.quick else 5
@@ -298,11 +307,43 @@ def main() -> None:
         rows += figure_rows(args)
     print(f"ldpdist {ldpdist.__version__}, numpy {np.__version__}, {os.cpu_count()} cores; "
           f"medians of {args.repeats}")
-    print("| path | size | ldpdist | peer | peer time | bound | bound time |")
-    print("| --- | --- | ---: | --- | ---: | --- | ---: |")
+    lines = ["| path | size | ldpdist | peer | peer time | bound | bound time |",
+             "| --- | --- | ---: | --- | ---: | --- | ---: |"]
     for path, size, t, peer, t_peer, bound, t_bound in rows:
-        print(f"| {path} | {size} | {fmt(t)} | {peer} | {fmt(t_peer)} | {bound} | "
-              f"{fmt(t_bound)} |")
+        lines.append(f"| {path} | {size} | {fmt(t)} | {peer} | {fmt(t_peer)} | {bound} | "
+                     f"{fmt(t_bound)} |")
+    print("\n".join(lines))
+    if args.markdown:
+        write_markdown(args, lines)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what platform reports."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def write_markdown(args: argparse.Namespace, lines: List[str]) -> None:
+    """The table and one italic line: the command, the repeats, the machine, the date."""
+    import datetime
+    import platform
+
+    options = " --quick" * args.quick + " --figure" * args.figure
+    peer = f", pyfwht {pyfwht.__version__}" if getattr(pyfwht, "__version__", None) else ""
+    caption = (f"*`python3 benches/performance_table.py{options}`: medians of {args.repeats} "
+               f"timed calls after a warm-up; {cpu_model()}, {os.cpu_count()} cores, "
+               f"{datetime.date.today().isoformat()}; ldpdist {ldpdist.__version__}, numpy "
+               f"{np.__version__}{peer}, Python {platform.python_version()}.*")
+    with open(args.markdown, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n\n" + caption + "\n")
 
 
 if __name__ == "__main__":
