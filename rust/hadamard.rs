@@ -1,6 +1,6 @@
 //! Fast Walsh–Hadamard transform in Sylvester order, and Sylvester matrix entries.
 //!
-//! Convention (DESIGN.md): `H(r, c) = (−1)^popcount(r & c)`, 0-based, unnormalized, so
+//! Convention: `H(r, c) = (−1)^popcount(r & c)`, 0-based, unnormalized, so
 //! `H·H = n·I`. [`fwht_in_place`] computes `x ← H·x` for `x.len() = n = 2^j` in
 //! `n·log2(n)` additions.
 //!

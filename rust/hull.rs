@@ -1,7 +1,8 @@
 //! Euclidean projection onto the convex hull of the columns of a matrix: the server's
 //! projection step of the linear-query protocols (linear-queries paper, Section 3, Algorithms
-//! 1–4: the averaged reports are projected onto L = A·B₁^J = conv{±a_v}; notes/linear-queries.md,
-//! "Server side", also allows the tighter conv{a_v}).
+//! 1–4 of Bassily, "Linear Queries Estimation with Local Differential Privacy", AISTATS 2019:
+//! the averaged reports are projected onto L = A·B₁^J = conv{±a_v}; the tighter conv{a_v} is
+//! allowed too, see the docs page Mechanisms › Linear queries).
 //!
 //! # Algorithm
 //! P(y) = argmin_{w ∈ L} ½‖w − y‖² is y + x where x is the minimum-norm point of the translated

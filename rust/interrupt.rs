@@ -39,7 +39,7 @@ pub fn check() -> Result<()> {
 }
 
 /// A check function that computations call between chunks of work: [`check`] (stop when
-/// interrupted) or [`never`].
+/// interrupted) or [`never`](fn@never).
 pub trait Check: Fn() -> Result<()> + Sync {}
 impl<F: Fn() -> Result<()> + Sync> Check for F {}
 
@@ -49,7 +49,7 @@ pub fn never() -> Result<()> {
     Ok(())
 }
 
-/// The value of a computation whose only failure is its check, run with [`never`].
+/// The value of a computation whose only failure is its check, run with [`never`](fn@never).
 pub fn uninterrupted<T>(outcome: Result<T>) -> T {
     match outcome {
         Ok(value) => value,

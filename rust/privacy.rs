@@ -1,5 +1,5 @@
-//! Pairwise budget verification: the exact check that a channel is E-LDP (context-aware LDP,
-//! papers/context-aware-ldp.txt, Section 2).
+//! Pairwise budget verification: the exact check that a channel is E-LDP (Acharya, Bonawitz,
+//! Kairouz, Ramage & Sun, "Context-aware local differential privacy", ICML 2020, Section 2).
 //!
 //! A channel `Q` (k × |Y| row-major, `Q[x, y] = Q(y | x)`) is E-LDP for a budget matrix `E`
 //! (k × k) when `Q(y|x) ≤ e^{E[x, x']} Q(y|x')` for all x, x', y. Both entry points reduce to

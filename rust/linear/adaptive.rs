@@ -1,5 +1,6 @@
-//! Adaptive sample splitting: Algorithm 6 of papers/linear-queries-ldp.txt (Section 5,
-//! Theorem 5.2), pure ε-LDP with one bit per user.
+//! Adaptive sample splitting: Algorithm 6 of Bassily, "Linear Queries Estimation with Local
+//! Differential Privacy", AISTATS 2019 (Section 5, Theorem 5.2), pure ε-LDP with one bit per
+//! user.
 //!
 //! # Protocol
 //! Each of the n users is assigned one of d rounds up front, uniformly and independently of

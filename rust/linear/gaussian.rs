@@ -1,8 +1,10 @@
-//! The Gaussian protocol for linear queries (papers/linear-queries-ldp.txt, Algorithms 1 and 2):
+//! The Gaussian protocol for linear queries (Bassily, "Linear Queries Estimation with Local
+//! Differential Privacy", AISTATS 2019, Algorithms 1 and 2):
 //! user i sends `a_{v_i} + z_i`, `z_i ~ N(0, σ² I_d)`; the server averages the reports.
 //!
 //! σ comes from the caller (`ldpdist.linear.calibration`: the analytic or classic Gaussian
-//! mechanism at the exact sensitivity Δ2, notes/linear-queries.md erratum 1).
+//! mechanism at the exact sensitivity Δ2: the sensitivity erratum on the docs page
+//! Mechanisms › Linear queries).
 //!
 //! # Randomness
 //! Reports are cut into chunks of [`REPORT_CHUNK`] users; chunk `c` draws from

@@ -1,7 +1,8 @@
-//! Linear queries under local differential privacy (papers/linear-queries-ldp.txt, Sections 3 and 5;
-//! notes/linear-queries.md for the errata this module corrects).
+//! Linear queries under local differential privacy (Bassily, "Linear Queries Estimation with
+//! Local Differential Privacy", AISTATS 2019, Sections 3 and 5; the docs page Mechanisms ›
+//! Linear queries lists the errata this module corrects).
 //!
-//! Setting: a domain [J], a query matrix A ∈ R^{d×J} whose column `a_v` is the answer vector
+//! Setting: a domain \[J\], a query matrix A ∈ R^{d×J} whose column `a_v` is the answer vector
 //! of a user holding `v`; the target is A·p. Everything here takes the matrix as its
 //! **columns**: a row-major J × d slice (`columns[v * d + k] = A[k, v]`), so that the column a
 //! user needs is contiguous.

@@ -1,5 +1,6 @@
-//! The rejection-sampling protocol for linear queries (papers/linear-queries-ldp.txt,
-//! Algorithms 3 and 4), with the correction of notes/linear-queries.md erratum 2.
+//! The rejection-sampling protocol for linear queries (Bassily, "Linear Queries Estimation with
+//! Local Differential Privacy", AISTATS 2019, Algorithms 3 and 4), with the clipped acceptance
+//! probability of the rejection-sampling erratum (docs page Mechanisms › Linear queries).
 //!
 //! A user holding v draws `y ~ N(0, σ² I_d)` and computes the log density ratio
 //! `t = ln(f_{a_v}(y) / f_0(y)) = (⟨a_v, y⟩ − ‖a_v‖²/2) / σ²` (so the paper's η is `½ e^t`).
@@ -27,7 +28,7 @@ use rand_distr::{Distribution, StandardNormal};
 /// The acceptance rule of Algorithm 3.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Acceptance {
-    /// `clip(η, e^{−ε/4}/2, e^{ε/4}/2)`: pure ε-LDP (the note's fix).
+    /// `clip(η, e^{−ε/4}/2, e^{ε/4}/2)`: pure ε-LDP (this project's fix).
     Clipped,
     /// `η` inside the Good set, 0 outside: the paper as printed (not private, biased).
     PaperFaithful,

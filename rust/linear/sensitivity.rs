@@ -1,6 +1,7 @@
 //! The exact L2 sensitivity of a query matrix: Δ2 = max_{v, v'} ‖a_v − a_v'‖, the diameter of
-//! its columns (papers/linear-queries-ldp.txt, Algorithm 1; notes/linear-queries.md erratum 1:
-//! two inputs differ by up to 2r, not r, so the Gaussian protocol must be calibrated to Δ2).
+//! its columns (Bassily, AISTATS 2019, Algorithm 1, and the sensitivity erratum on the docs
+//! page Mechanisms › Linear queries: two inputs differ by up to 2r, not r, so the Gaussian
+//! protocol must be calibrated to Δ2).
 //!
 //! # Accuracy
 //! Every pair's squared distance is summed from its coordinate differences,

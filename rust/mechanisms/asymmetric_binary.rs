@@ -1,7 +1,7 @@
 //! The optimal binary mechanism under context-aware LDP (Acharya, Bonawitz, Kairouz, Ramage &
-//! Sun, "Context-aware local differential privacy", Section 4, Theorem 2), with eq. (9)
-//! corrected as in `shared/notes/context-aware.md` (the printed matrix has its ε indices
-//! swapped).
+//! Sun, "Context-aware local differential privacy", ICML 2020, Section 4, Theorem 2), with
+//! eq. (9) corrected as on the docs page Mechanisms › Context-aware LDP (the printed matrix has
+//! its ε indices swapped).
 //!
 //! # Symbols and budgets
 //! Inputs and reports are {0, 1}; the paper's symbols 1 and 2 are our 0 and 1. The budget
@@ -44,7 +44,7 @@
 //!
 //! # Estimator
 //! With `f̂0 = c0/n`, `f̂1 = c1/n` and `gap = Q(0|0) − Q(0|1) = 1 − f0 − f1`:
-//! `p̂0 = (f̂0 − Q(0|1))/gap = (f̂0 − f1)/gap` (the note's estimator), `p̂1 = (f̂1 − f0)/gap`
+//! `p̂0 = (f̂0 − Q(0|1))/gap = (f̂0 − f1)/gap` (this project's estimator), `p̂1 = (f̂1 − f0)/gap`
 //! (`= 1 − p̂0` when `c0 + c1 = n`). Unbiased; `Var p̂0 = F0(1 − F0)/(n·gap²)` with
 //! `F0 = (1 − f0) p0 + f1 p1` the probability of a 0 report.
 //!

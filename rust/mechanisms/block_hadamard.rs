@@ -1,5 +1,6 @@
-//! Block Hadamard Response (Acharya, Kairouz, Liu & Sun, "Context-aware local differential
-//! privacy", ICML 2020, Section 6.1; shared/notes/context-aware.md, M3): distribution
+//! Block Hadamard Response (Acharya, Bonawitz, Kairouz, Ramage & Sun, "Context-aware local
+//! differential privacy", ICML 2020, Section 6.1; docs page Mechanisms › Context-aware LDP):
+//! distribution
 //! estimation under (P, ε)-block-structured LDP (Definition 4: ε between two inputs of one
 //! block of the partition P, no constraint across blocks; `ldpdist.privacy.block_budgets`).
 //!
@@ -8,7 +9,7 @@
 //! increasing order of value) is the symbol `(j, i)`. Block j owns `K_j` consecutive outputs
 //! starting at `offset_j = Σ_{l<j} K_l`:
 //! * `k_j ≥ 2`: `K_j = 2^⌈log2(k_j + 1)⌉` (the paper's), symbol (j, i) on row `r = i + 1` of
-//!   the Sylvester matrix `H_{K_j}` (DESIGN.md convention, `H(r, c) = (−1)^popcount(r & c)`);
+//!   the Sylvester matrix `H_{K_j}` (`H(r, c) = (−1)^popcount(r & c)`, as in [`crate::hadamard`]);
 //!   its own set `S_x = {c : H(r, c) = +1}` has `K_j/2` elements;
 //! * `k_j = 1` (a singleton): `K_j = 1`, one output `offset_j`. BSLDP constrains nothing
 //!   inside a singleton block, so its input is reported without noise (the paper's `K_j = 2`

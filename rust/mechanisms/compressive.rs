@@ -1,6 +1,8 @@
-//! Compressive Privatization, client side (Acharya, Sun & Zhang; shared/notes/
-//! compressive-privatization.md): privatize a value of `[0, k)` into the much smaller report
-//! alphabet `[0, m)` with a public seeded ±1 matrix `A` (m × k, `signs::SignMatrix`).
+//! Compressive Privatization, client side (Xiong, Huang, Mao, Wang & Ying, "Compressive
+//! Privatization: Sparse Distribution Estimation under Locally Differential Privacy",
+//! arXiv:2012.02081, 2020; docs page Mechanisms › Compressive privatization): privatize a
+//! value of `[0, k)` into the much smaller report alphabet `[0, m)` with a public seeded ±1
+//! matrix `A` (m × k, `signs::SignMatrix`).
 //!
 //! # Channel (eq. 2)
 //! Column x of A is the incidence vector of `C_x = {y : A_yx = +1}`, `n_x = |C_x|`,

@@ -1,11 +1,12 @@
-//! Hadamard Response (Acharya, Sun & Zhang 2018; shared/notes/hadamard-response.md), the
-//! general (b, B) construction for every ε.
+//! Hadamard Response (Acharya, Sun & Zhang, "Hadamard Response: Estimating Distributions
+//! Privately, Efficiently, and with Little Communication", AISTATS 2019, arXiv:1802.04705;
+//! docs page Mechanisms › Classic mechanisms), the general (b, B) construction for every ε.
 //!
 //! * `B` = largest power of 2 with `B ≤ min(e^ε, 2k)`; `b` = smallest power of 2 with
 //!   `b > ⌈k/B⌉`. Symbol x lives in block `j = ⌊x/(b−1)⌋` at row `r = (x mod (b−1)) + 1` of
 //!   the Sylvester matrix `H_b`; its set is `C_x = {j·b + w : H_b(r, w) = +1}`, `h = b/2`
 //!   outputs. Only the `⌈k/(b−1)⌉` blocks some symbol uses are kept: `K = blocks·b` outputs.
-//!   With `B = 1` this is the high-privacy HR of DESIGN.md: `K = 2^⌈log2(k+1)⌉`, row x+1.
+//!   With `B = 1` this is the paper's high-privacy HR: `K = 2^⌈log2(k+1)⌉`, row x+1.
 //! * Channel: `Q(z|x) = e^ε/Z` for `z ∈ C_x`, `1/Z` otherwise, `Z = h·e^ε + K − h`.
 //! * Estimator, with `T_j` the fraction of reports in block j and `S_x` the fraction in `C_x`
 //!   (notes, re-derived: `S_x = (b/4Z)(2 + (P_j + p_x)(e^ε − 1))`):
@@ -332,7 +333,7 @@ impl HadamardResponse {
     }
 
     /// Whether a simulation of `users` users draws the own sets by the Hadamard passes (when
-    /// the expected own-set users number at least [`PASSES_ABOVE`] per output) rather than
+    /// the expected own-set users number at least `PASSES_ABOVE` per output) rather than
     /// value by value.
     pub fn simulation_uses_passes(&self, users: u64) -> bool {
         users as f64 * self.own_set_weight() >= PASSES_ABOVE * self.outputs()

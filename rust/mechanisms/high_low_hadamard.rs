@@ -1,7 +1,7 @@
 //! High-Low Hadamard Response: distribution estimation under (A, ε)-High-Low LDP
-//! (Acharya, Kairouz, Liu & Sun, "Context-aware local differential privacy",
-//! shared/papers/context-aware-ldp.txt, Section 5.1, eqs. (13)–(19), Theorem 3; implementation
-//! notes in shared/notes/context-aware.md, whose corrections are applied here).
+//! (Acharya, Bonawitz, Kairouz, Ramage & Sun, "Context-aware local differential privacy",
+//! ICML 2020, Section 5.1, eqs. (13)–(19), Theorem 3, with the corrections listed on the docs
+//! page Mechanisms › Context-aware LDP applied here).
 //!
 //! Only the *sensitive* values `A ⊆ [0, k)` are protected: the channel satisfies
 //! `Q(y|x) ≤ e^ε Q(y|x')` for every `x ∈ A`, every `x' ≠ x` and every report y, and nothing for
@@ -14,9 +14,9 @@
 //! part* `[0, S)`, and one *dedicated slot* `S + u` per non-sensitive value (the paper's
 //! `y = x + S − s`, 1-based). `S + t ≤ 2k`.
 //!
-//! # Channel (eqs. (13), (14), with the note's correction of (13))
+//! # Channel (eqs. (13), (14), with this project's correction of (13))
 //! * Sensitive a uses row `a + 1` of the Sylvester matrix `H_S` (the printed eq. (13) says row
-//!   x, which makes row 0 — all +1 — a symbol's set; the note measured a row sum of 1.46): its
+//!   x, which makes row 0 — all +1 — a symbol's set; we measured a row sum of 1.46): its
 //!   set is `C_a = {y ∈ [0, S) : H_S(a + 1, y) = +1}`, `|C_a| = S/2`. With probability ρ it
 //!   reports a uniform element of `C_a`, else a uniform element of `[0, S) \ C_a`:
 //!   `Q(y|a) = 2ρ/S` on `C_a`, `2(1 − ρ)/S` on the rest of `[0, S)`, 0 on the slots.
@@ -29,12 +29,12 @@
 //! lose the low bits of q to cancellation at small ε), both below their real values.
 //!
 //! One report costs one 64-bit word w of the user's stream (rarely more): the Bernoulli
-//! (ρ' or q') is decided exactly by its high 32 bits ([`HighBitsBernoulli`]: `hi < ⌊p·2^32⌋`,
+//! (ρ' or q') is decided exactly by its high 32 bits (`HighBitsBernoulli`: `hi < ⌊p·2^32⌋`,
 //! and on equality, probability 2^−32, an exact Bernoulli of the remainder from further
 //! words), and the uniform element by its low 32 bits: v = `⌊lo·n/2^32⌋` is exactly uniform
 //! on `[0, n)` because n (S/2 or S) is a power of two at most 2^32 (Lemire's method without
 //! rejection). The two halves of w are independent. The v-th element of `C_a` or of its
-//! complement is [`HadamardResponse::nth_with_parity`] (a bijection, so uniform). The
+//! complement is `HadamardResponse::nth_with_parity` (a bijection, so uniform). The
 //! realized budgets are then
 //! * sensitive vs sensitive: `ε_AA = ln(ρ'/(1 − ρ'))` (two distinct rows of H_S disagree on
 //!   some y, so it is attained when s ≥ 2),

@@ -46,8 +46,8 @@
 //! `U = Σ_x (n_x − K_x)`
 //!
 //! (a sum of independent multinomials with the same cell probabilities is one multinomial of
-//! the summed count). [`draw_own_counts`] draws the `K_x` (one binomial per value);
-//! [`add_uniform_reports`] draws the uniform part by recursive halving
+//! the summed count). `draw_own_counts` draws the `K_x` (one binomial per value);
+//! `add_uniform_reports` draws the uniform part by recursive halving
 //! (`rng::spread_uniform`: the users of a range split between its halves by a binomial,
 //! stopping where the count is 0), O(min(U, S)) draws; each mechanism draws its own sets
 //! (see its module), in O(S) memory with no per-thread histogram. The binomials are

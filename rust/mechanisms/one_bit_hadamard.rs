@@ -1,9 +1,9 @@
 //! One-bit Hadamard Response (Acharya, Kairouz, Liu & Sun 2021, "Estimating sparse discrete
 //! distributions under privacy and communication constraints", Algorithm 1; after Acharya &
-//! Sun 2019; shared/notes/sparse-estimation.md §A).
+//! Sun 2019; ALT 2021; docs page Mechanisms › Sparse estimation).
 //!
 //! * `K = 2^⌈log2(k+1)⌉` groups; the Sylvester matrix `H_K`, 0-based,
-//!   `H(a, b) = (−1)^popcount(a & b)`; symbol x is row x (no +1 offset: the note).
+//!   `H(a, b) = (−1)^popcount(a & b)`; symbol x is row x (no +1 offset).
 //! * The server assigns every user a group j (the paper's round-robin: user i is in group
 //!   `i mod K`, step 3). A user of group j holding x sends ONE bit y (eq. (3)):
 //!   `P(y = 1) = a = e^ε/(e^ε + 1)` if `H(x, j) = +1`, else `b = 1/(e^ε + 1)`.
@@ -16,7 +16,7 @@
 //! * Estimator (steps 5–7, eq. (4)): `n_j = c_{2j} + c_{2j+1}`, `t̂_j = c_{2j+1}/n_j`,
 //!   `z_j = (t̂_j − b)/(a − b)·2 − 1 = (c_{2j+1} − c_{2j})/(n_j (1 − 2b))`
 //!   (`= (e^ε+1)/(e^ε−1)(2t̂_j − 1)` for the exact probabilities), `z_j = 0` for an empty
-//!   group (the note: `t̂_j = 1/2`, no contribution); `p̃ = (1/K)·H_K z`, one FWHT, first k
+//!   group (`t̂_j = 1/2`, no contribution); `p̃ = (1/K)·H_K z`, one FWHT, first k
 //!   coordinates. `E z_j = (H p)_j` for every group with users, so `p̃` is unbiased when no
 //!   group is empty (n ≥ K) and the users' values are i.i.d. or in uniformly random order;
 //!   an empty group j loses `(H p)_j` (the estimate is then biased).
@@ -46,7 +46,8 @@
 //! order with round-robin groups: group j gets `n_j = ⌈(n − j)/K⌉` users. Given the group
 //! contents (a multivariate hypergeometric table with margins `c_x` and `n_j`), group j's
 //! count of ones is `S⁺_j − Bin(S⁺_j, b) + Bin(S⁻_j, b)`, `S^±_j` its users with
-//! `H(x, j) = ±1`. Two exact algorithms, the cheaper chosen by [`simulation_uses_passes`]:
+//! `H(x, j) = ±1`. Two exact algorithms, the cheaper chosen by
+//! [`OneBitHadamardResponse::simulation_uses_passes`]:
 //! * **Shuffle** (small n): an exact Fisher–Yates shuffle of the n values, then every user
 //!   privatized with the round-robin groups: O(n) time, 4n bytes.
 //! * **Hadamard passes** (large n, cost independent of n): the group range is halved level by

@@ -1,6 +1,7 @@
 //! ℓ-bit public-coin hashing with the two-stage estimator (Acharya, Kairouz, Liu & Sun,
 //! "Estimating sparse discrete distributions under privacy and communication constraints",
-//! Section 3.1, eqs. (13)–(14), Lemmas 7–8; shared/notes/sparse-estimation.md, part B).
+//! ALT 2021, Section 3.1, eqs. (13)–(14), Lemmas 7–8; docs page Mechanisms › Sparse
+//! estimation).
 //!
 //! **No privacy.** This is a communication-limited scheme, not a locally private one: a
 //! report is a deterministic function of the user's value and public randomness, so it has
@@ -229,7 +230,7 @@ impl PublicCoinHashing {
 
     /// `(a_i, b_i)` of every user of `users` into `a`, `b` (same length): the same words as
     /// [`Self::hash_parameters`], computed [`CHACHA_BATCH`] users at a time by
-    /// [`chacha20_first_words`].
+    /// `chacha20_first_words`.
     pub fn hash_parameters_into(&self, users: &[u64], a: &mut [u64], b: &mut [u64]) {
         assert!(users.len() == a.len() && users.len() == b.len());
         for ((users, a), b) in users
@@ -633,7 +634,7 @@ impl PublicCoinHashing {
     }
 }
 
-/// Users per call of [`chacha20_first_words`].
+/// Users per call of `chacha20_first_words`.
 pub const CHACHA_BATCH: usize = 16;
 
 /// The ChaCha20 input constants, "expand 32-byte k" as little-endian words.

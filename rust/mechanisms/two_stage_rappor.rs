@@ -1,6 +1,6 @@
 //! Two-stage RAPPOR: sparse estimation with RAPPOR reports (Acharya, Kairouz, Liu & Sun
 //! 2021, "Estimating sparse discrete distributions under privacy and communication
-//! constraints", Appendix C, Algorithm 2; shared/notes/sparse-estimation.md §C).
+//! constraints", ALT 2021, Appendix C, Algorithm 2; docs page Mechanisms › Sparse estimation).
 //!
 //! # Client
 //! Exactly [`Rappor`]'s message: the one-hot vector of x with every bit flipped
@@ -33,7 +33,7 @@
 //! * Two-stage (Algorithm 2, lines 9–11; [`TwoStageRappor::two_stage_estimate`]): T = the
 //!   `min(2s, k)` values with the largest `M(x)` (ties broken towards the lowest index),
 //!   then `p̂(x) = (N(x)/n₂ − β)/γ` for `x ∈ T` and 0 elsewhere, with `β = f` and
-//!   `γ = 1 − 2f = (e^{ε/2} − 1)/(e^{ε/2} + 1)` for the realized f. These are the note's
+//!   `γ = 1 − 2f = (e^{ε/2} − 1)/(e^{ε/2} + 1)` for the realized f. These are this project's
 //!   corrected constants: a stage-2 bit x is 1 with probability `f + (1 − 2f)·p(x)`, so the
 //!   estimate is unbiased given T. The paper prints `β = 1/(e^ε + 1)` and
 //!   `γ = (e^ε − 1)/(e^ε + 1)`, which do not match the ε/2 flip (tests/test_two_stage_rappor.py

@@ -1,5 +1,6 @@
 //! Symmetric unary encodings: basic one-time RAPPOR (Erlingsson, Pihur & Korolova 2014, as
-//! used by Acharya, Sun & Zhang 2018; shared/notes/hadamard-response.md) and Optimized Unary
+//! used by Acharya, Sun & Zhang, AISTATS 2019; docs page Mechanisms › Classic mechanisms) and
+//! Optimized Unary
 //! Encoding (OUE; Wang, Blocki, Li & Jha 2017, "Locally differentially private protocols for
 //! frequency estimation", §4.3).
 //!
@@ -160,7 +161,7 @@ impl BernoulliLanes {
     /// Fill `out` with independent Bernoulli(p) bits (every bit of every byte), exactly.
     ///
     /// [`word`](Self::word) spends a random word on every lane until the last of its 64 lanes
-    /// is decided (≈ 7.3 words per 64 lanes). Here only the first [`FULL_LEVELS`] digits use
+    /// is decided (≈ 7.3 words per 64 lanes). Here only the first `FULL_LEVELS` digits use
     /// whole words; a lane still undecided after them (a quarter of them) needs `U' < p'`
     /// for a fresh uniform `U'` and `p'` the rest of the expansion — an independent
     /// Bernoulli(p') draw, which it takes from a reservoir of lanes drawn 64 at a time by the
