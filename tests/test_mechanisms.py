@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -344,6 +345,125 @@ def test_error_falls_like_one_over_root_n(cls):
         errors.append(np.mean(err))
     slope = np.polyfit(np.log(ns), np.log(errors), 1)[0]
     assert -0.6 < slope < -0.4, f"slope {slope:.3f}, errors {errors}"
+
+
+# ------------------------------------------------------------------------------------------
+# Exact variance of the raw estimate (estimator_variance) and the frequency-oracle parameters
+
+# Public-coin hashing's reports are a deterministic function of the value and the user's
+# public hash: its channel matrix is one user's, and the variance is over the hash family
+# (checked statistically in tests/test_public_coin_hashing.py).
+VARIANCE = [cls for cls in MECHANISMS if cls.__name__ != "PublicCoinHashing"]
+# The raw estimates that are pure frequency oracles (``_frequency_oracle`` not None), at the
+# ε of the tests below: Hadamard Response only with one block (ε < ln 2 here).
+ORACLES = {"RandomizedResponse", "RAPPOR", "OptimizedUnaryEncoding", "OptimizedLocalHashing",
+           "SubsetSelection", "TwoStageRAPPOR"}
+
+
+def single_report_estimates(mech, channel):
+    """``(outputs, G)``: every output y the channel can produce, and G[i] the raw estimate
+    from the single report ``outputs[i]`` (the per-report term of the affine raw estimate:
+    the estimate of n reports is the mean of their rows). Bit-vector outputs are numbered as
+    in ``channel_matrix`` (bit j of o is ``(o >> j) & 1``)."""
+    outputs = np.flatnonzero(channel.sum(axis=0) > 0)
+    rows = []
+    for y in outputs:
+        if mech.report_kind == "index":
+            report = np.array([y], dtype=np.uint64)
+        else:
+            bits = (int(y) >> np.arange(mech.output_size)) & 1
+            report = np.packbits(bits.astype(np.uint8))[None, :]
+        aggregator = mech.aggregator().add(mech.as_reports(report))
+        with warnings.catch_warnings():  # one-bit HR: the other groups are empty
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rows.append(aggregator.estimate("raw"))
+    return outputs, np.array(rows)
+
+
+def brute_force_variance(mech, p, n):
+    """Var of each coordinate of the raw estimate of n users drawn i.i.d. from p, from the
+    channel and the per-report terms: ``(Σ_y q_y G[y]² - p²)/n`` with ``q = p Q``. One-bit
+    HR's server assigns the groups round-robin (group j gets ``n_j`` users, fixed), and
+    decodes each group's mean: the variance is the sum over groups of the within-group
+    variance of the per-report term over ``n_j``."""
+    channel = mech.channel_matrix()
+    q = p @ channel
+    outputs, G = single_report_estimates(mech, channel)
+    q = q[outputs]
+    if isinstance(mech, ldpdist.OneBitHadamardResponse):
+        K = mech.num_groups
+        sizes = n // K + (np.arange(K) < n % K)
+        groups = outputs // 2
+        var = np.zeros(mech.k)
+        for j in np.flatnonzero(sizes):
+            mine = groups == j
+            w = K * q[mine]  # the law of a report of group j
+            mean = w @ G[mine]
+            var += (w @ G[mine] ** 2 - mean ** 2) / sizes[j]
+        return var
+    np.testing.assert_allclose(q @ G, p, rtol=0, atol=1e-12)  # unbiased
+    return (q @ G ** 2 - p ** 2) / n
+
+
+@pytest.mark.parametrize("cls, k", cases(VARIANCE, [5, 8]))
+@pytest.mark.parametrize("epsilon", [0.5, 2.0])
+def test_estimator_variance_is_exact(cls, k, epsilon):
+    mech = make(cls, k, epsilon)
+    sparse = np.zeros(k)
+    sparse[[0, k - 1]] = [0.75, 0.25]
+    for p in (dirichlet(k, seed=1), dirichlet(k, seed=2, alpha=0.3), sparse):
+        for n in (1, 37, 1000):
+            got = mech.estimator_variance(p, n)
+            assert got.shape == (k,) and got.dtype == np.float64
+            np.testing.assert_allclose(got, brute_force_variance(mech, p, n), rtol=1e-10,
+                                       atol=1e-15)
+
+
+@pytest.mark.parametrize("cls, k", cases(VARIANCE, [5, 8]))
+def test_frequency_oracle_agrees_with_the_channel(cls, k):
+    """p* = P(a report supports x | x) and q* = P(it supports x | x') for every x' != x, where
+    "supports" is read off the raw estimate's per-report term ``(1[y supports x] - q*)/(p* -
+    q*)``, which must take only the values 0 and 1 once mapped back."""
+    mech = make(cls, k, 0.5)
+    oracle = mech._frequency_oracle()
+    assert (oracle is not None) == (cls.__name__ in ORACLES | {"HadamardResponse"})
+    if cls is ldpdist.HadamardResponse:
+        assert make(cls, k, 2.0)._frequency_oracle() is None  # several blocks
+    if oracle is None:
+        return
+    p_star, q_star = oracle
+    assert 0 <= q_star < p_star <= 1
+    channel = mech.channel_matrix()
+    outputs, G = single_report_estimates(mech, channel)
+    support = G * (p_star - q_star) + q_star
+    np.testing.assert_allclose(support, np.round(support), rtol=0, atol=1e-9)
+    assert set(np.unique(np.round(support))) <= {0.0, 1.0}
+    rates = channel[:, outputs] @ np.round(support)  # rates[x', x] = P(supports x | x')
+    off = ~np.eye(k, dtype=bool)
+    np.testing.assert_allclose(np.diag(rates), p_star, rtol=1e-12)
+    np.testing.assert_allclose(rates[off], q_star, rtol=1e-12)
+
+
+@pytest.mark.parametrize("cls", VARIANCE, ids=[cls.__name__ for cls in VARIANCE])
+def test_estimator_variance_refuses_bad_input(cls):
+    k = k_for(cls, 5)
+    mech = make(cls, k, 1.0)
+    p = np.full(k, 1.0 / k)
+    negative = p.copy()
+    negative[:2] += [-1.0, 1.0]  # sums to 1
+    nan = p.copy()
+    nan[1] = np.nan
+    for bad, error, match in [(p[:-1], ValueError, "shape"), (np.append(p, 0.0), ValueError,
+                               "shape"), (p * 1.01, ValueError, "sum to 1"),
+                              (nan, ValueError, "finite"), (negative, ValueError, "negative"),
+                              (p.astype(np.float32), TypeError, "float64"),
+                              (p[None, :], ValueError, "one-dimensional")]:
+        with pytest.raises(error, match=match):
+            mech.estimator_variance(bad, 10)
+    mech.estimator_variance(p + 1e-11, 10)  # within the 1e-9 tolerance
+    for n, error in [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)]:
+        with pytest.raises(error, match="n"):
+            mech.estimator_variance(p, n)
 
 
 def bassily_bound(k, n, epsilon):

@@ -160,3 +160,20 @@ def exact_sum_u64(array: np.ndarray) -> int:
         low = int((block & np.uint64(0xFFFFFFFF)).sum(dtype=np.uint64))
         total += (high << 32) + low
     return total
+
+
+def probability_vector(p: Any, k: int, name: str = "p", *, tol: float = 1e-9) -> np.ndarray:
+    """A distribution over [0, k): a 1-D float64 vector of shape (k,), finite, non-negative,
+    summing to 1 within ``tol`` (``TypeError`` / ``ValueError`` naming the first offending
+    entry otherwise). Returned as given (no renormalization)."""
+    array = float_vector(p, name)
+    if array.shape != (k,):
+        raise ValueError(f"{name} must have shape ({k},), got {array.shape}")
+    negative = array < 0
+    if negative.any():
+        i = int(np.argmax(negative))
+        raise ValueError(f"{name} must be non-negative: {name}[{i}] = {array[i]}")
+    total = float(np.sum(array))
+    if abs(total - 1.0) > tol:
+        raise ValueError(f"{name} must sum to 1 (within {tol:g}), got a sum of {total!r}")
+    return array

@@ -190,10 +190,37 @@ class AsymmetricBinaryResponse(Mechanism):
 
     # -- server side -------------------------------------------------------------------
 
-    def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:
+    def _refuse_degenerate(self) -> None:
         if self.degenerate:
-            one_of(decoder, self.decoders, "decoder")
             raise ValueError(
                 f"{self!r} reports a constant: a zero budget forces Q(·|0) = Q(·|1), so the "
                 "reports carry no information about the values and nothing can be estimated")
+
+    def _decode(self, counts: np.ndarray, n: int, decoder: str, **options: Any) -> np.ndarray:
+        if self.degenerate:
+            one_of(decoder, self.decoders, "decoder")
+            self._refuse_degenerate()
         return super()._decode(counts, n, decoder, **options)
+
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Exact variance of each coordinate of the raw (unbiased) estimate, for n users
+        drawn i.i.d. from ``p`` (see :meth:`Mechanism.estimator_variance` for the
+        parameters and errors).
+
+        A report is 0 with probability ``F0 = Q(0|0) p_0 + Q(0|1) p_1``; ``p̂_0`` is affine
+        in the fraction of 0 reports and ``p̂_1 = 1 - p̂_0``, so both coordinates have the
+        variance ``F0 (1 - F0) / (n (Q(0|0) - Q(0|1))^2)`` (realized probabilities). This is
+        not a single frequency oracle: value 0 is supported by a 0 report
+        (``(1 - f0, f1)``), value 1 by a 1 report (``(1 - f1, f0)``). A degenerate
+        mechanism (a zero budget) has no estimate: ``ValueError``.
+
+        Returns
+        -------
+        ndarray of float64, shape (2,)
+        """
+        p, n = self._variance_arguments(p, n)
+        self._refuse_degenerate()
+        f0, f1 = (float(v) for v in self._core.probabilities())
+        gap = (1.0 - f0) - f1
+        zero = (1.0 - f0) * p[0] + f1 * p[1]
+        return np.full(2, zero * (1.0 - zero) / (n * gap * gap))

@@ -13,7 +13,8 @@ from typing import Any, ClassVar, Dict, Optional, Tuple, Union
 import numpy as np
 
 from .. import _core, memory, privacy
-from .._validation import U64_MAX, as_array, exact_sum_u64, integer, real, seed_key, shown
+from .._validation import (U64_MAX, as_array, exact_sum_u64, integer, probability_vector,
+                           real, seed_key, shown)
 from ..decoders import DECODERS, decode
 from ..errors import IntegrityError
 from ..reports import ReportBatch, Reports, check_reports
@@ -418,6 +419,73 @@ class Mechanism:
         if total != n:
             raise IntegrityError(f"corrupt aggregator: counts sum to {total}, not n = {n}")
 
+    # -- accuracy of the raw estimate ----------------------------------------------------
+
+    def _frequency_oracle(self) -> Optional[Tuple[float, float]]:
+        """``(p_star, q_star)`` when the raw estimate is a *pure frequency oracle* (Wang,
+        Blocki, Li & Jha, USENIX Security 2017): every report either supports a value x or
+        not, a user holding x supports it with probability ``p_star`` and a user holding any
+        other value with probability ``q_star``, and the raw estimate is
+        ``(S_x/n - q_star)/(p_star - q_star)`` with ``S_x`` the supporting reports. The two
+        numbers are those of the channel actually used (realized, after rounding). ``None``
+        (the default) when the raw estimate is not of that form."""
+        return None
+
+    def _variance_arguments(self, p: Any, n: Any) -> Tuple[np.ndarray, int]:
+        """``p`` checked as a distribution over [0, k) and ``n`` as an integer >= 1."""
+        return probability_vector(p, self._k, "p"), integer(n, "n", minimum=1)
+
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Exact variance of each coordinate of the raw (unbiased) estimate.
+
+        For n users whose values are drawn i.i.d. from ``p`` (not for fixed true counts:
+        the multinomial spread of the values is included), each privatized once, and the
+        estimate of ``decoder="raw"`` on their reports. Computed in closed form from the
+        channel actually used (the realized probabilities), without the channel matrix.
+
+        Here, for a pure frequency oracle (see the mechanism's estimation notes): a report
+        supports x with probability ``s_x = q* + (p* - q*) p_x``, so
+        ``Var = s_x (1 - s_x) / (n (p* - q*)^2)``. Mechanisms whose raw estimate has another
+        form override this method.
+
+        Parameters
+        ----------
+        p : array_like of float, shape (k,)
+            The distribution of the users' values: finite, non-negative, summing to 1
+            (within 1e-9). An ndarray must have dtype float64.
+        n : int
+            Number of users (reports), at least 1.
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+            ``Var(p̂_x)`` for every value x. Its sum is the expected squared ℓ2 error of the
+            raw estimate; ``sqrt(2/π) Σ sqrt(Var)`` approximates its expected ℓ1 error for
+            large n.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For a ``p`` that is not a distribution over [0, k) or an ``n`` that is not an
+            integer >= 1.
+        NotImplementedError
+            For a mechanism without an unbiased raw estimate of closed-form variance.
+
+        Examples
+        --------
+        >>> import numpy as np, ldpdist
+        >>> mech = ldpdist.RandomizedResponse(k=4, epsilon=1.0)
+        >>> var = mech.estimator_variance(np.full(4, 0.25), n=10_000)
+        >>> var.shape, bool(np.all(var > 0))
+        ((4,), True)
+        """
+        oracle = self._frequency_oracle()
+        if oracle is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} has no closed-form variance of its raw estimate")
+        p, n = self._variance_arguments(p, n)
+        return _oracle_variance(oracle, p, n)
+
     # -- channel products for the iterative Bayesian update -------------------------------
 
     def _expected_frequencies(self, p: np.ndarray) -> np.ndarray:
@@ -471,6 +539,15 @@ def _native(reports: Any) -> np.ndarray:
         memory.check("aggregate", [("an aligned copy of the reports", array.nbytes)])
         array = np.array(array, order="C", copy=True)
     return array
+
+
+def _oracle_variance(oracle: Tuple[float, float], p: np.ndarray, n: int) -> np.ndarray:
+    """``s (1 - s) / (n (p* - q*)^2)`` with ``s = q* + (p* - q*) p``: the variance of a pure
+    frequency oracle's estimate for n i.i.d. users (Wang, Blocki, Li & Jha 2017)."""
+    p_star, q_star = oracle
+    gap = p_star - q_star
+    s = q_star + gap * p
+    return s * (1.0 - s) / (n * gap * gap)
 
 
 def _random_id() -> str:

@@ -240,13 +240,17 @@ class BlockHadamardResponse(Mechanism):
         return 1.0 / (1.0 - 2.0 * q)
 
     def estimator_variance(self, p: Any, n: int) -> np.ndarray:
-        """Exact variance of the raw estimate of each value from n reports of users drawn
-        from the distribution p: ``(c² p(block j) − p_x²)/n``, ``p_x (1 − p_x)/n`` in a
-        singleton block. Shape (k,)."""
-        p = np.asarray(p, dtype=np.float64)
-        if p.shape != (self._k,):
-            raise ValueError(f"p must have shape ({self._k},), got {p.shape}")
-        n = integer(n, "n", minimum=1)
+        """Exact variance of each coordinate of the raw (unbiased) estimate, for n users
+        drawn i.i.d. from ``p`` (see :meth:`Mechanism.estimator_variance` for the
+        parameters and errors): ``(c² p(block j) − p_x²)/n``, ``p_x (1 − p_x)/n`` in a
+        singleton block (every report of block j contributes ``±c`` to ``p̂_x``, c for the
+        realized q).
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+        """
+        p, n = self._variance_arguments(p, n)
         labels = self.labels
         mass = np.bincount(labels, weights=p, minlength=self.num_blocks)[labels]
         singleton = self._sizes[labels] == 1

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
+import numpy as np
+
 from .. import _core
 from .._validation import integer
 from ..specs import register
@@ -23,6 +25,16 @@ class HadamardResponse(Mechanism):
     reports are declared with :meth:`as_reports`, or decoded as they are by
     :meth:`decode_string`, the reference code's name). Sampling is O(1) per report
     and decoding one fast Walsh–Hadamard transform per block (``O(n + K log b)``).
+
+    Estimation: symbol x of block j owns the ``h = b/2`` outputs ``C_x`` of its row; a
+    report lands on each of them with probability ``in`` from x and ``out`` otherwise
+    (``in / out <= e^ε``, as realized). The raw estimate
+    ``p̂_x = (2 S_x - T_j) / (n h (in - out))`` (``S_x`` reports in ``C_x``, ``T_j`` in
+    block j) is unbiased: every report of block j contributes ``±1/(h (in - out))``, so
+    its variance for n i.i.d. users is ``(P(block j)/(h (in - out))² - p_x²)/n``
+    (:meth:`estimator_variance`). With one block (``K = b``: ``B = 1``, e.g. ε < ln 2, or
+    a small k) this is a pure frequency oracle: a report supports x with probability ρ
+    from x and exactly 1/2 from any other value, and ``p̂_x = (S_x/n - 1/2)/(ρ - 1/2)``.
 
     Parameters
     ----------
@@ -59,3 +71,42 @@ class HadamardResponse(Mechanism):
         """``(B, b, K)``: blocks of the construction, outputs per block, outputs kept
         (``ceil(k / (b - 1)) * b`` — blocks no symbol uses are dropped)."""
         return tuple(int(v) for v in self._core.shape)  # type: ignore[return-value]
+
+    def _frequency_oracle(self) -> Optional[Tuple[float, float]]:
+        """``(ρ, 1/2)`` when the outputs form one block (``K = b``): a report supports x when
+        it lies in ``C_x``; ρ is the realized probability of that from x, and a holder of any
+        other value lands in ``C_x`` with probability exactly 1/2 (its own set meets ``C_x``
+        in ``b/4`` outputs). ``None`` with several blocks, where the estimate also subtracts
+        the block's estimated mass (see :meth:`estimator_variance`)."""
+        _, b, outputs = self.construction
+        if outputs != b:
+            return None
+        inside, _ = self._core.probabilities()
+        return float(inside) * (b // 2), 0.5
+
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Exact variance of each coordinate of the raw (unbiased) estimate, for n users
+        drawn i.i.d. from ``p`` (see :meth:`Mechanism.estimator_variance` for the
+        parameters and errors).
+
+        Every report in the block j of x contributes ``±1/(h (in - out))`` to ``p̂_x`` (the
+        sign of the Hadamard row of x) and any other report 0, so
+        ``Var(p̂_x) = (P_j / (h (in - out))² - p_x²)/n`` with
+        ``P_j = b·out + h (in - out) Σ_{x' in block j} p_x'`` the probability that a report
+        lands in block j (``in``, ``out`` the realized per-output probabilities,
+        ``h = b/2``). With one block ``P_j = 1`` and this is the frequency-oracle variance
+        with ``(ρ, 1/2)``.
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+        """
+        p, n = self._variance_arguments(p, n)
+        _, b, outputs = self.construction
+        inside, outside = (float(v) for v in self._core.probabilities())
+        h = b // 2
+        scale = 1.0 / (h * (inside - outside))
+        block = np.arange(self._k) // (b - 1)
+        mass = np.bincount(block, weights=p, minlength=outputs // b)[block]
+        in_block = b * outside + h * (inside - outside) * mass
+        return (scale * scale * in_block - p * p) / n

@@ -52,8 +52,9 @@ class HighLowHadamardResponse(Mechanism):
     S) and ``p̂_u = N[S + u] / (n q)``; both exactly unbiased, with variances
     ``(c_A² p([S]) - p_a²)/n`` and ``(c_N p_u - p_u²)/n``, ``c_A = 1/(2ρ - 1)``,
     ``c_N = 1/q`` (the paper's ``c = (e^ε + 1)/(e^ε - 1)`` before rounding) and
-    ``p([S]) = P(A) + (1 - q)(1 - P(A))`` the probability of a report in the Hadamard part.
-    So ``E||p̂ - p||_1 <= sqrt(3 s² c²/n) + sqrt(c k/n)`` (bound (19)). Decoding costs
+    ``p([S]) = P(A) + (1 - q)(1 - P(A))`` the probability of a report in the Hadamard part
+    (:meth:`estimator_variance`). So ``E||p̂ - p||_1 <= s c_A/sqrt(n) + sqrt(c_N t/n)``
+    (:meth:`l1_bound`), within the paper's ``sqrt(3 s² c²/n) + sqrt(c k/n)`` (bound (19)). Decoding costs
     ``O(n + S log S + k)``; :meth:`simulate` is exact in law and costs no work per user.
 
     Edge cases: with every value sensitive (``t = 0``) this is the high-privacy Hadamard
@@ -135,6 +136,67 @@ class HighLowHadamardResponse(Mechanism):
         """``(s, t, S)``: sensitive values, other values, size of the Hadamard part; reports
         lie in ``[0, S + t)``."""
         return tuple(int(v) for v in self._core.shape)  # type: ignore[return-value]
+
+    # -- accuracy --------------------------------------------------------------------------
+
+    def _scales(self) -> Tuple[float, float]:
+        """``(c_A, c_N) = (1/(2ρ - 1), 1/q)`` for the realized ρ and q."""
+        rho, q = (float(v) for v in self._core.probabilities())
+        return 1.0 / (2.0 * rho - 1.0), 1.0 / q
+
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Exact variance of each coordinate of the raw (unbiased) estimate, for n users
+        drawn i.i.d. from ``p`` (see :meth:`Mechanism.estimator_variance` for the
+        parameters and errors).
+
+        A report in the Hadamard part contributes ``±c_A`` to the estimate of every
+        sensitive value (the sign of its Hadamard row) and any other report 0; the dedicated
+        slot of a non-sensitive value u contributes ``c_N`` to ``p̂_u`` and is reported with
+        probability ``q p_u``. Hence ``Var(p̂_a) = (c_A² p([S]) - p_a²)/n`` and
+        ``Var(p̂_u) = (c_N p_u - p_u²)/n``, with ``c_A = 1/(2ρ - 1)``, ``c_N = 1/q``
+        (realized) and ``p([S]) = P(A) + (1 - q)(1 - P(A))``.
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+        """
+        p, n = self._variance_arguments(p, n)
+        c_a, c_n = self._scales()
+        _, q = (float(v) for v in self._core.probabilities())
+        sensitive = np.zeros(self._k, dtype=bool)
+        sensitive[self._sensitive] = True
+        mass = float(np.sum(p[sensitive]))
+        hadamard = mass + (1.0 - q) * float(np.sum(p[~sensitive]))
+        return (np.where(sensitive, c_a * c_a * hadamard, c_n * p) - p * p) / n
+
+    def l1_bound(self, n: int) -> float:
+        """A bound on the expected ℓ1 error of the raw estimate from n reports, for every
+        distribution: ``s c_A / sqrt(n) + sqrt(c_N t / n)`` (realized ``c_A``, ``c_N``, see
+        :meth:`estimator_variance`).
+
+        Derivation (as for the Block HR bound, eq. (24) of the paper): by Jensen,
+        ``E|p̂_x - p_x| <= sqrt(Var(p̂_x))``. Each of the s sensitive values has
+        ``Var <= c_A²/n`` (a probability ``p([S]) <= 1``), so they add at most
+        ``s c_A / sqrt(n)``. The t others have ``Var(p̂_u) <= c_N p_u / n``, and by
+        Cauchy–Schwarz ``Σ_u sqrt(p_u) <= sqrt(t Σ_u p_u) <= sqrt(t)``, so they add at most
+        ``sqrt(c_N t / n)``. It is never above the paper's bound (19),
+        ``sqrt(3 s² c²/n) + sqrt(c k/n)`` (with ``c_A``, ``c_N`` for c), whose first term
+        allows for the paper's two-part estimator of the sensitive values; this estimator
+        computes them with one transform.
+
+        Parameters
+        ----------
+        n : int
+            Number of reports, at least 1.
+
+        Returns
+        -------
+        float
+        """
+        n = integer(n, "n", minimum=1)
+        s, t, _ = self.layout
+        c_a, c_n = self._scales()
+        return s * c_a / math.sqrt(n) + math.sqrt(c_n * t / n)
 
     # -- context-aware privacy -----------------------------------------------------------
 

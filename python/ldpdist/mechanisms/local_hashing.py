@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
 from .. import _core
 from .._validation import integer
@@ -106,3 +106,9 @@ class OptimizedLocalHashing(Mechanism):
     def t(self) -> int:
         """Number of base-g digits, ``ceil(log_g(k))``; there are ``g**t`` hash functions."""
         return int(self._core.t)
+
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """A report ``(A, y)`` supports x when ``h_A(x) = y``: ``(p, 1/g)`` with the
+        realized p (exact collision probability 1/g of the hash family)."""
+        p, _ = self._core.probabilities()
+        return float(p), 1.0 / self.g

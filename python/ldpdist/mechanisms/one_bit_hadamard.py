@@ -215,6 +215,37 @@ class OneBitHadamardResponse(Mechanism):
         """
         return super().simulate(true_counts, seed=seed)
 
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Exact variance of each coordinate of the raw estimate, for n users drawn i.i.d.
+        from ``p`` in the server's round-robin groups (group j holds
+        ``n_j = ceil((n - j)/K)`` users; see :meth:`Mechanism.estimator_variance` for the
+        parameters and errors).
+
+        Within group j the bits are i.i.d.: a report's term ``(2y - 1)/(1 - 2b)`` has mean
+        ``(H p)_j`` and variance ``1/(1 - 2b)^2 - (H p)_j^2`` (p padded to K), and
+        ``p̃ = (1/K) H z`` with ``z_j`` the mean of group j's terms, so every coordinate has
+        the same variance ``(1/K²) Σ_j (1/(1 - 2b)² - (H p)_j²) / n_j`` (b realized; one
+        FWHT). For n a multiple of K it is ``(1/(1 - 2b)² - ||p||²)/n``: the estimate has the
+        form of a frequency oracle with ``(a, 1/2)``, but the fixed group sizes remove the
+        spread of the users between groups, so its variance is below that oracle's
+        ``(1/(1 - 2b)² - p_x²)/n``. With ``n < K`` the empty groups contribute 0 and the
+        estimate is biased; this is then its variance, not its mean squared error.
+
+        Returns
+        -------
+        ndarray of float64, shape (k,)
+        """
+        p, n = self._variance_arguments(p, n)
+        size = self.num_groups
+        gap = 1.0 - 2.0 * float(self._core.probabilities()[1])
+        padded = np.zeros(size)
+        padded[: self._k] = p
+        transform = kernels.fwht(padded)
+        groups = n // size + (np.arange(size) < n % size)
+        full = groups > 0
+        total = float(np.sum((1.0 / (gap * gap) - transform[full] ** 2) / groups[full]))
+        return np.full(self._k, total / (size * size))
+
     def _simulation_moments(self, true_counts: Any) -> Tuple[np.ndarray, np.ndarray]:
         """Exact per-output mean and variance of :meth:`simulate`'s counts (for tests).
 

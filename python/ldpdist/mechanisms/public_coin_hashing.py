@@ -148,6 +148,14 @@ class PublicCoinHashing(Mechanism):
     def _params(self) -> Dict[str, Any]:
         return {"k": self._k, "bits": self._bits, "seed": self._seed}
 
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """``(1, 2**-bits)``: user i's report supports x when ``h_i(x) = y_i``, always for
+        the user's own value and, over the public coin, with probability exactly
+        ``2**-bits`` for any other (the family's collision probability). The pooled raw
+        estimate is that oracle's, so :meth:`estimator_variance` is its variance over the
+        users' values and the public coin together (independent across users)."""
+        return 1.0, 2.0 ** -self._bits
+
     # -- the public hash functions -----------------------------------------------------
 
     def hash_parameters(self, users: Any) -> Tuple[np.ndarray, np.ndarray]:

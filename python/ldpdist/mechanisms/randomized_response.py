@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Tuple
+
 from .. import _core
 from ..specs import register
 from .base import Mechanism
@@ -31,3 +33,8 @@ class RandomizedResponse(Mechanism):
     """
 
     _core_class = _core.RandomizedResponse
+
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """A report supports x when it equals x: ``(p, (1 - p)/(k - 1))`` as realized."""
+        p, q = self._core.probabilities()
+        return float(p), float(q)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -98,6 +98,11 @@ class SubsetSelection(BitVectorMechanism):
 
     def _params(self) -> Dict[str, Any]:
         return {"k": self._k, "epsilon": self._epsilon, "d": self.d}
+
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """A report supports x when x is in the subset: :meth:`probabilities`,
+        ``(ρ, (d - ρ)/(k - 1))`` as realized."""
+        return self.probabilities()
 
     def _check_counts(self, counts: np.ndarray, n: int) -> None:
         super()._check_counts(counts, n)

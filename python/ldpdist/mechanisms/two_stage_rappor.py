@@ -101,6 +101,13 @@ class TwoStageRAPPOR(BitVectorMechanism):
         estimate; γ = 1 - 2f)."""
         return float(self._core.flip_probability)
 
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """The raw estimate pools both stages as RAPPOR's (bit x of ``M + N`` counts the
+        reports supporting x): ``(a, b) = (1 - f, f)`` as realized. The stage bit does not
+        depend on the value, so the oracle is RAPPOR's whatever the stage split."""
+        a, b = self._core.probabilities()
+        return float(a), float(b)
+
     def privatize(self, values: Any, seed: Optional[int] = None, *, first_user: int = 0,
                   stages: Any = None) -> Reports:
         """Privatize one value per user (see the class documentation for the stages).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Tuple
+
 from .. import _core
 from ..specs import register
 from .base import BitVectorMechanism
@@ -61,6 +63,11 @@ class RAPPOR(BitVectorMechanism):
 
     _core_class = _core.Rappor
 
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """A report supports x when bit x is set: ``(a, b) = (1 - f, f)`` as realized."""
+        a, b = self._core.probabilities()
+        return float(a), float(b)
+
 
 @register
 class OptimizedUnaryEncoding(BitVectorMechanism):
@@ -106,3 +113,8 @@ class OptimizedUnaryEncoding(BitVectorMechanism):
     """
 
     _core_class = _core.OptimizedUnaryEncoding
+
+    def _frequency_oracle(self) -> Tuple[float, float]:
+        """A report supports x when bit x is set: ``(a, b) = (1/2, b)`` as realized."""
+        a, b = self._core.probabilities()
+        return float(a), float(b)
