@@ -492,20 +492,12 @@ fn bench_linear(c: &mut Criterion) {
     group.bench_function("gaussian_privatize/d16", |b| {
         b.iter(|| gaussian::privatize(&columns, j, d, 7.0, &key, black_box(&xs), &mut out).unwrap())
     });
+    // ε = 1 with independent columns: band ε/2, acceptance scale e^{−band}
+    let rule = rejection::Rule::new(0.5, -0.5, rejection::Acceptance::Clipped).unwrap();
     group.bench_function("rejection_privatize/d16", |b| {
         b.iter(|| {
-            rejection::privatize(
-                &columns,
-                j,
-                d,
-                22.0,
-                1.0,
-                rejection::Acceptance::Clipped,
-                &key,
-                black_box(&xs),
-                &mut out,
-            )
-            .unwrap()
+            rejection::privatize(&columns, j, d, 22.0, &rule, &key, black_box(&xs), &mut out)
+                .unwrap()
         })
     });
     let big = 10_000_000;

@@ -65,13 +65,19 @@ def linear_rejection_privatize(
     columns: np.ndarray,
     values: np.ndarray,
     sigma: float,
-    epsilon: float,
+    band: float,
+    log_scale: float,
     paper_faithful: bool,
     key: Optional[bytes],
 ) -> np.ndarray: ...
 def linear_mean(reports: np.ndarray, skip_bottom: bool) -> Tuple[np.ndarray, int]: ...
 def linear_acceptance(
-    columns: np.ndarray, outputs: np.ndarray, sigma: float, epsilon: float, paper_faithful: bool
+    columns: np.ndarray,
+    outputs: np.ndarray,
+    sigma: float,
+    band: float,
+    log_scale: float,
+    paper_faithful: bool,
 ) -> np.ndarray: ...
 
 class _Mechanism:

@@ -55,7 +55,19 @@ fn linear_gaussian_privatize<'py>(
     })
 }
 
-/// Rejection-sampling reports (n × d; ⊥ rows are NaN).
+/// The rejection protocol's acceptance rule: band b, log scale ln κ, clipped or as printed.
+fn rejection_rule(band: f64, log_scale: f64, paper_faithful: bool) -> PyResult<rejection::Rule> {
+    let form = if paper_faithful {
+        rejection::Acceptance::PaperFaithful
+    } else {
+        rejection::Acceptance::Clipped
+    };
+    rejection::Rule::new(band, log_scale, form).map_err(to_py)
+}
+
+/// Rejection-sampling reports (n × d; ⊥ rows are NaN): accepted with probability
+/// `exp(clip(t, −band, band) + log_scale)` (as printed: `exp(t + log_scale)` inside the band,
+/// 0 outside).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn linear_rejection_privatize<'py>(
@@ -63,20 +75,17 @@ fn linear_rejection_privatize<'py>(
     columns: PyReadonlyArray2<'py, f64>,
     values: PyReadonlyArray1<'py, u32>,
     sigma: f64,
-    epsilon: f64,
+    band: f64,
+    log_scale: f64,
     paper_faithful: bool,
     key: Option<&[u8]>,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let (columns, j, d) = c_order(&columns, "the columns")?;
     let values = slice(&values, "values")?;
     let key = key_from(key).map_err(to_py)?;
-    let rule = if paper_faithful {
-        rejection::Acceptance::PaperFaithful
-    } else {
-        rejection::Acceptance::Clipped
-    };
+    let rule = rejection_rule(band, log_scale, paper_faithful)?;
     new_reports(py, values.len(), d, |out| {
-        rejection::privatize(columns, j, d, sigma, epsilon, rule, &key, values, out)
+        rejection::privatize(columns, j, d, sigma, &rule, &key, values, out)
     })
 }
 
@@ -87,7 +96,8 @@ fn linear_acceptance<'py>(
     columns: PyReadonlyArray2<'py, f64>,
     outputs: PyReadonlyArray2<'py, f64>,
     sigma: f64,
-    epsilon: f64,
+    band: f64,
+    log_scale: f64,
     paper_faithful: bool,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let (columns, j, d) = c_order(&columns, "the columns")?;
@@ -97,14 +107,10 @@ fn linear_acceptance<'py>(
             "outputs must have d = {d} columns"
         )));
     }
-    let rule = if paper_faithful {
-        rejection::Acceptance::PaperFaithful
-    } else {
-        rejection::Acceptance::Clipped
-    };
+    let rule = rejection_rule(band, log_scale, paper_faithful)?;
     let units = (m as u64).saturating_mul(j as u64).saturating_mul(d as u64);
     let out = run_long(py, units, || {
-        rejection::acceptance_matrix(columns, j, d, sigma, epsilon, rule, outputs)
+        rejection::acceptance_matrix(columns, j, d, sigma, &rule, outputs)
     })?;
     let array = numpy::ndarray::Array2::from_shape_vec((m, j), out)
         .map_err(|e| InternalError::new_err(e.to_string()))?;

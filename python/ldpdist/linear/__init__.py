@@ -14,7 +14,9 @@ GaussianLinearQueries(queries, epsilon, delta, calibration="analytic")
     exact L2 sensitivity Δ2 = max ‖a_v − a_v'‖ (the paper uses r, but Δ2 can be 2r).
 RejectionSamplingLinearQueries(queries, epsilon, n_users)
     Pure ε-LDP, Algorithms 3/4 with a clipped acceptance probability (as printed, the
-    algorithm leaks through its output and is biased).
+    algorithm leaks through its output and is biased), its clipping band calibrated to the
+    exact ⊥ ratio so that the realized ε is the ε asked for (the paper's band spends ε/2),
+    and its acceptance scale e^{−b} instead of the paper's ½ (more accepted reports).
 
 Adaptive protocol (each query chosen from the answers so far):
 
