@@ -64,10 +64,14 @@ def test_every_mechanism_and_decoder_is_bit_identical_at_1_2_and_4_threads():
     runs = {threads: json.loads(run_python(CODE, env={"RAYON_NUM_THREADS": str(threads)},
                                            timeout=600))
             for threads in (1, 2, 4)}
-    # reports, counts, simulate and one entry per decoder: 5 decoders for the classic
-    # six, one-bit HR, high-low HR, block HR and the asymmetric binary mechanism, 4 for CP
-    # (no IBU), 7 for two-stage RAPPOR and public-coin hashing (the two-stage decoders too)
-    assert len(runs[1]) == 10 * 8 + 7 + 2 * 10
+    # reports, counts, simulate and one entry per decoder: the DECODERS (5 of our own and the
+    # 10 of the consistency family) for the classic six, one-bit HR, high-low HR, block HR
+    # and the asymmetric binary mechanism, all but IBU for CP, and the two two-stage
+    # decoders too for two-stage RAPPOR and public-coin hashing
+    from ldpdist.decoders import DECODERS
+
+    d = len(DECODERS)
+    assert len(runs[1]) == 10 * (3 + d) + (3 + d - 1) + 2 * (3 + d + 2)
     for threads in (2, 4):
         differ = sorted(key for key in runs[1] if runs[1][key] != runs[threads][key])
         assert not differ, f"{threads} threads differ from 1 thread on {differ}"

@@ -25,12 +25,18 @@ ldpdist.mechanisms
     The mechanisms, their aggregator and ``from_dict``.
 ldpdist.decoders
     raw / normalize / project / sparse_project / ibu (two_stage / two_stage_project for
-    the two-stage mechanisms).
+    the two-stage mechanisms), and the consistency family.
+ldpdist.consistency
+    The ten post-processing methods of Wang et al. (NDSS 2020): Base-Pos, Post-Pos,
+    Base-Cut, Norm, Norm-Mul, Norm-Cut, Norm-Sub, MLE-Apx, Power, PowerNS; set/range-sum
+    query answers.
 ldpdist.reports
     Reports (the arrays ``privatize`` returns, tagged with their spec's fingerprint) and
     reports files that carry it with a batch id.
 ldpdist.specs
     Spec fingerprints, the mechanism registry and ``from_dict``.
+ldpdist.planner
+    ``plan``: which mechanism and decoder, and how many users (predicted errors).
 ldpdist.privacy
     Context-aware privacy budgets (budget matrices), their exact verifier.
 ldpdist.linear
@@ -43,9 +49,11 @@ ldpdist.errors
     Exception classes.
 """
 
-from . import decoders, errors, kernels, linear, mechanisms, memory, privacy, reports, specs
+from . import (consistency, decoders, errors, kernels, linear, mechanisms, memory, planner,
+               privacy, reports, specs)
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
+from .planner import Plan, PlanRow, plan
 from .reports import ReportBatch, Reports, read_reports, write_reports
 from .mechanisms import (
     Aggregator,
@@ -92,6 +100,10 @@ __all__ = [
     "InternalError",
     "Mechanism",
     "OneBitHadamardResponse",
+    "Plan",
+    "PlanRow",
+    "plan",
+    "planner",
     "OptimizedLocalHashing",
     "OptimizedUnaryEncoding",
     "PublicCoinHashing",
@@ -99,6 +111,7 @@ __all__ = [
     "RandomizedResponse",
     "SubsetSelection",
     "TwoStageRAPPOR",
+    "consistency",
     "decoders",
     "from_dict",
     "kernels",

@@ -1,9 +1,9 @@
 """The ``ldpdist`` command (also ``python -m ldpdist``).
 
 Subcommands are registered by the modules that implement them:
-``ldpdist.experiments`` (``reproduce``, ``simulate``) and ``ldpdist.deploy`` (``spec``,
-``privatize``, ``aggregate``, ``estimate``). Errors are one line on stderr and a non-zero
-exit status, never a traceback.
+``ldpdist.experiments`` (``reproduce``, ``simulate``), ``ldpdist.deploy`` (``spec``,
+``privatize``, ``aggregate``, ``estimate``) and ``ldpdist.planner`` (``plan``). Errors are
+one line on stderr and a non-zero exit status, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from .errors import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, deploy, experiments
+    from . import __version__, deploy, experiments, planner
 
     parser = argparse.ArgumentParser(
         prog="ldpdist",
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     experiments.register(commands)
     deploy.register(commands)
+    planner.register(commands)
     return parser
 
 

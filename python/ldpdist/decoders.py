@@ -6,10 +6,12 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     The unbiased estimate itself: may be negative and need not sum to 1.
 ``"normalize"``
     Clip negative entries to 0 and divide by the sum (the HR reference code's default);
-    when no entry is positive the result is the uniform distribution.
+    when no entry is positive the result is the uniform distribution. Also named
+    ``"norm_mul"`` (the consistency paper's Norm-Mul).
 ``"project"`` (default)
     Euclidean projection onto the probability simplex (Kairouz, Bonawitz & Ramage 2016;
-    never increases the l2 error, Bassily 2019).
+    never increases the l2 error, Bassily 2019). Also named ``"norm_sub"`` (the consistency
+    paper's Norm-Sub).
 ``"sparse_project"``
     Euclidean projection onto the s-sparse simplex (Kyrillidis et al. 2013), with
     ``sparsity=s``; ``sparsity=None`` chooses s by :func:`noise_level_sparsity`.
@@ -26,6 +28,18 @@ Every mechanism's unbiased ("raw") estimate comes from Rust; the decoders post-p
     the update is the EM of the model in which each bit count is Poisson with mean
     ``n * P(bit = 1 | p)`` (Richardson–Lucy), normalized at the end; public-coin hashing
     uses the same model for its pooled counts ``M + N`` (``mechanism._linear_statistic``).
+The consistency family (:data:`CONSISTENCY_DECODERS`)
+    ``"base_pos"``, ``"post_pos"``, ``"base_cut"``, ``"norm"``, ``"norm_mul"``,
+    ``"norm_cut"``, ``"norm_sub"``, ``"mle_apx"``, ``"power"``, ``"power_ns"``: the methods of
+    Wang, Lopuhaä-Zwakenberg, Li, Škorić & Li (NDSS 2020), applied to the raw estimate;
+    :mod:`ldpdist.consistency` defines each. Two are existing decoders
+    under the paper's name (:data:`ALIASES`): ``"norm_sub"`` is ``"project"`` and
+    ``"norm_mul"`` is ``"normalize"`` (identical results, edge cases included).
+    ``"post_pos"`` returns the raw estimate (it clips query answers instead:
+    :func:`ldpdist.consistency.answer`). ``"base_cut"``, ``"mle_apx"``, ``"power"`` and
+    ``"power_ns"`` use the noise of the raw estimate: the mechanism's exact
+    ``estimator_variance``, or, for a mechanism without one (compressive privatization), a
+    constant read from the raw estimate (:func:`ldpdist.consistency.noise_model`).
 """
 
 from __future__ import annotations
@@ -35,7 +49,7 @@ from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
 
-from . import kernels, memory
+from . import consistency, kernels, memory
 from ._validation import integer, one_of, real
 
 try:  # typing.Protocol is 3.8+; the annotations below are informative only
@@ -58,7 +72,12 @@ class Decodable(Protocol):
 
 Mechanism = Decodable
 
-DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu")
+#: The consistency family (Wang et al., NDSS 2020), :mod:`ldpdist.consistency`.
+CONSISTENCY_DECODERS = consistency.METHODS
+#: Decoders that are another decoder under the consistency paper's name.
+ALIASES = {"norm_sub": "project", "norm_mul": "normalize"}
+#: Decoders of every mechanism (compressive privatization has all but ``"ibu"``).
+DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu") + CONSISTENCY_DECODERS
 #: Decoders of the two-stage mechanisms, on top of :data:`DECODERS`.
 TWO_STAGE_DECODERS = ("two_stage", "two_stage_project")
 #: Every decoder name some mechanism accepts (``mechanism.decoders`` says which it has).
@@ -106,12 +125,9 @@ def noise_level_sparsity(raw: np.ndarray) -> int:
 
 
 def normalize(raw: np.ndarray) -> np.ndarray:
-    """Clip to non-negative and rescale to sum 1 (uniform when nothing is positive)."""
-    clipped = np.maximum(raw, 0.0)
-    total = clipped.sum()
-    if total <= 0.0:
-        return np.full(raw.shape, 1.0 / raw.size)
-    return clipped / total
+    """Clip to non-negative and rescale to sum 1 (uniform when nothing is positive): the
+    consistency paper's Norm-Mul, :func:`ldpdist.consistency.norm_mul`."""
+    return consistency.norm_mul(raw)
 
 
 class IbuResult(NamedTuple):
@@ -249,10 +265,20 @@ def decode(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str = "p
         estimate = mechanism._two_stage_estimate(counts, n, sparsity)
         return (kernels.project_sparse_simplex(estimate, sparsity)
                 if decoder == "two_stage_project" else estimate)
-    raw = mechanism._core.estimate_raw(counts, n)
+    return post_process(mechanism, mechanism._core.estimate_raw(counts, n), n, decoder,
+                        sparsity=sparsity)
+
+
+def post_process(mechanism: "Mechanism", raw: np.ndarray, n: int, decoder: str, *,
+                 sparsity: Optional[int] = None) -> np.ndarray:
+    """Apply a post-processing decoder to the raw estimate ``raw`` of ``mechanism`` from n
+    reports: what :func:`decode` does after the raw estimate (the planner applies it to
+    surrogate raw estimates)."""
     if decoder == "sparse_project" and sparsity is None:
         sparsity = noise_level_sparsity(raw)
-    return finish(raw, decoder, sparsity)
+    noise = (consistency.noise_model(mechanism, n, raw)
+             if decoder in consistency.NOISE_METHODS else None)
+    return finish(raw, decoder, sparsity, noise=noise)
 
 
 def chosen_sparsity(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder: str) -> int:
@@ -266,9 +292,13 @@ def chosen_sparsity(mechanism: "Mechanism", counts: np.ndarray, n: int, decoder:
     raise ValueError(f"decoder {decoder!r} takes no sparsity")
 
 
-def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None) -> np.ndarray:
+def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None, *,
+           noise: Optional["consistency.NoiseModel"] = None) -> np.ndarray:
     """Apply a post-processing decoder (``raw``, ``normalize``, ``project``,
-    ``sparse_project``) to a raw estimate."""
+    ``sparse_project`` or one of :data:`CONSISTENCY_DECODERS`) to a raw estimate. ``noise``:
+    the :class:`ldpdist.consistency.NoiseModel` of the raw estimate, for ``base_cut``,
+    ``mle_apx``, ``power`` and ``power_ns``."""
+    decoder = ALIASES.get(decoder, decoder)
     if decoder == "raw":
         return raw
     if decoder == "normalize":
@@ -277,4 +307,6 @@ def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None) -> np.
         return kernels.project_simplex(raw)
     if decoder == "sparse_project":
         return kernels.project_sparse_simplex(raw, sparsity)
+    if decoder in CONSISTENCY_DECODERS:
+        return consistency.apply(raw, decoder, noise)
     raise ValueError(f"decoder {decoder!r} is not a post-processing decoder")

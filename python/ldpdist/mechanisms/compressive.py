@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import _core
 from .._validation import integer, one_of, seed_key, shown
+from ..consistency import NOISE_METHODS, noise_model
 from ..decoders import DECODERS, finish
 from ..reports import ReportBatch, Reports
 from ..specs import register
@@ -111,6 +112,14 @@ class CompressivePrivatization(Mechanism):
                 "calibrate=True or matrix='balanced' for an exact guarantee",
                 UserWarning, stacklevel=2)
 
+    def estimator_variance(self, p: Any, n: int) -> np.ndarray:
+        """Not available: the raw estimate is orthogonal matching pursuit's recovery from
+        ``m < k`` report frequencies, neither linear in the reports nor unbiased, so it has
+        no closed-form variance. Always raises ``NotImplementedError``."""
+        raise NotImplementedError(
+            "CompressivePrivatization has no estimator_variance: its raw estimate (sparse "
+            "recovery by orthogonal matching pursuit) is neither linear nor unbiased")
+
     def _checks_realized_epsilon(self) -> bool:
         # calibrate=False with the i.i.d. matrix is the one explicit opt-out: its realized ε
         # may exceed the request, and __init__ warns with the value.
@@ -194,8 +203,11 @@ class CompressivePrivatization(Mechanism):
             :func:`ldpdist.read_reports`, or reports made elsewhere declared with
             :meth:`as_reports`; a plain array raises ``TypeError`` and reports of another
             spec :class:`~ldpdist.SpecMismatchError` (see :meth:`Mechanism.estimate`).
-        decoder : {"raw", "normalize", "project", "sparse_project"}
-            Applied to the recovered p̂' (``"raw"`` returns it as is).
+        decoder : str, one of :attr:`decoders`
+            Applied to the recovered p̂' (``"raw"`` returns it as is): ``"normalize"``,
+            ``"project"``, ``"sparse_project"`` or the consistency family
+            (:mod:`ldpdist.consistency`; the methods that need the noise read a constant
+            level from p̂').
         sparsity : int, optional
             OMP atoms (the paper's s). ``None``: stop at the noise level of n reports.
         model : {"exact", "paper"}
@@ -213,4 +225,7 @@ class CompressivePrivatization(Mechanism):
                 sparsity: Optional[int] = None, model: str = "exact") -> np.ndarray:
         one_of(decoder, self.decoders, "decoder (compressive privatization)")
         recovery = self.recover(counts, n, sparsity, model)
-        return finish(recovery.raw, decoder, sparsity or max(1, len(recovery.support)))
+        # no closed-form variance: the consistency decoders that need one read it from raw
+        noise = (noise_model(self, n, recovery.raw) if decoder in NOISE_METHODS else None)
+        return finish(recovery.raw, decoder, sparsity or max(1, len(recovery.support)),
+                      noise=noise)

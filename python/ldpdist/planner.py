@@ -1,0 +1,688 @@
+"""Which mechanism and decoder, and how many users: :func:`plan`.
+
+Given the domain size k, the privacy budget ε and either the number of users n or a target
+error, :func:`plan` ranks every (mechanism, decoder) pair the library offers for plain
+frequency estimation by its *predicted* error at n (or by the n it needs to reach the
+target), with each row's report size and a server cost estimate.
+
+How the errors are predicted
+----------------------------
+Every mechanism's raw estimate is unbiased, and its exact per-value variance follows from
+the mechanism's realized channel (``mechanism.estimator_variance(p, n)``). From there:
+
+``exact``
+    The raw decoder's ℓ2 error (root mean square, ``sqrt(Σ_x Var p̂_x)``), and, for the
+    mechanisms that are *pure frequency oracles* (Wang, Blocki, Li & Jha, USENIX Security
+    2017: a report supports value x with probability p* when the user holds x and q*
+    otherwise, so the number of reports supporting x is Binomial(n, s_x),
+    ``s_x = q* + (p* − q*) p_x``), its ℓ1 and top-t errors too, from the binomial's exact
+    mean absolute deviation (de Moivre's formula).
+``normal``
+    The raw decoder's ℓ1 and top-t errors of the other mechanisms:
+    ``Σ_x sqrt(2 Var p̂_x / π)``, the mean absolute value of a normal variable of that
+    variance (one-bit HR's estimate averages the bits of K groups, so it is close to normal).
+``surrogate``
+    Every other row (post-processing decoders: projections, sparse projection, the
+    consistency family, empirical Bayes; and every ℓ∞ error): the decoder itself is applied to
+    seeded draws of a *surrogate* raw estimate whose coordinates are independent with the
+    exact marginal law (pure frequency oracles: the scaled binomial above; other mechanisms:
+    normal with the exact variance), and the metric is averaged over the draws. Where the raw
+    estimate sums to exactly 1 (randomized response and subset selection: every report
+    supports the same number of values), each draw is conditioned on that sum as a normal
+    vector would be (``p̃ ← p̃ − v (Σp̃ − 1)/Σv``, v the variances). The
+    surrogate ignores the (weak) correlation between the coordinates of one estimate; the
+    docs page *Planning* measures what that costs against full simulations on a validation
+    grid, and ``tests/test_planner.py`` holds the tolerances.
+
+When the true distribution is unknown (``distribution=None``), the planner uses the uniform
+distribution over the k values, or over ``sparsity`` values when it is given: for the
+symmetric mechanisms here, the uniform distribution maximizes the raw estimate's ℓ2 error,
+so the ``exact`` rows are worst-case. Pass a pilot estimate or a shape (``"zipf:1.1"``) to
+plan for a skewed distribution, where the post-processing decoders gain the most.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import decoders as _decoders
+from . import memory
+from ._validation import integer, real
+from .mechanisms import SHORT_NAMES
+from .mechanisms.base import check_epsilon
+
+#: The metrics :func:`plan` predicts ("top-T": the ℓ1 error on the T most frequent values).
+METRICS = ("l1", "l2", "linf", "top-T")
+
+#: Mechanisms the planner considers (frequency estimation with ε-LDP for every value).
+PLANNED_MECHANISMS = ("RandomizedResponse", "HadamardResponse", "RAPPOR",
+                      "OptimizedUnaryEncoding", "OptimizedLocalHashing", "SubsetSelection",
+                      "OneBitHadamardResponse")
+
+#: Mechanisms whose raw estimate sums to exactly 1 (``tests/test_planner.py`` checks it).
+SUMS_TO_ONE = ("RandomizedResponse", "SubsetSelection")
+
+#: Decoders that are not a post-processing of the raw estimate; the planner does not model
+#: them (see the docs page *Planning*).
+UNMODELED_DECODERS = ("ibu",) + _decoders.TWO_STAGE_DECODERS
+
+_LARGEST_N = 10**15
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One ranked (mechanism, decoder) pair of a :class:`Plan`.
+
+    Attributes
+    ----------
+    rank : int
+        1 for the best row.
+    mechanism : str
+        Class name (``ldpdist.<mechanism>(k, epsilon, **construct)`` builds it).
+    decoder : str
+        Decoder name for ``estimate(..., decoder=...)``.
+    parameters : dict
+        The mechanism's derived parameters (e.g. ``K`` for Hadamard Response, ``g`` for OLH,
+        ``d`` for subset selection) and the decoder's ``sparsity`` when it uses one.
+    report_bits : int
+        Bits each user sends.
+    error : float or None
+        Predicted error at ``n`` (None when :func:`plan` had no n).
+    n_needed : int or None
+        Users needed to reach the target (None without a target; ``-1`` when the target is
+        out of reach below 10^15 users).
+    method : str
+        How ``error`` was predicted: ``exact``, ``normal`` or ``surrogate`` (module doc).
+    server_ops : float
+        Order-of-magnitude count of the server's elementary operations to aggregate n
+        reports (or n_needed) and decode.
+    realized_epsilon : float
+        The mechanism's realized ε (never above the request).
+    """
+
+    rank: int
+    mechanism: str
+    decoder: str
+    parameters: Dict[str, Any]
+    report_bits: int
+    error: Optional[float]
+    n_needed: Optional[int]
+    method: str
+    server_ops: float
+    realized_epsilon: float
+
+
+@dataclass
+class Plan:
+    """The ranked rows of :func:`plan` and the settings they were predicted for.
+
+    ``plan.rows[0]`` (also ``plan.best``) is the recommendation. ``str(plan)`` is a text
+    table; :meth:`to_records` gives plain dicts (for json or a DataFrame).
+    """
+
+    k: int
+    epsilon: float
+    n: Optional[int]
+    target: Optional[float]
+    metric: str
+    distribution: str
+    rows: List[PlanRow] = field(default_factory=list)
+
+    @property
+    def best(self) -> PlanRow:
+        """The recommended row (rank 1)."""
+        return self.rows[0]
+
+    def to_records(self) -> List[Dict[str, Any]]:
+        """One dict per row, in rank order."""
+        return [asdict(row) for row in self.rows]
+
+    def to_json(self) -> str:
+        """The settings and the rows as JSON."""
+        head = {key: getattr(self, key)
+                for key in ("k", "epsilon", "n", "target", "metric", "distribution")}
+        return json.dumps({**head, "rows": self.to_records()}, indent=2)
+
+    def __str__(self) -> str:
+        return format_plan(self)
+
+
+def format_plan(plan: Plan, limit: Optional[int] = None) -> str:
+    """A text table of the (first ``limit``) rows of ``plan``."""
+    head = [f"k = {plan.k}, ε = {plan.epsilon:g}, metric = {plan.metric}, "
+            f"distribution = {plan.distribution}"
+            + (f", n = {plan.n:,}" if plan.n is not None else "")
+            + (f", target = {plan.target:g}" if plan.target is not None else "")]
+    columns = ["rank", "mechanism", "decoder", "parameters", "bits"]
+    if plan.n is not None:
+        columns.append("error")
+    if plan.target is not None:
+        columns.append("users needed")
+    columns += ["method", "server ops"]
+    table = [columns]
+    for row in plan.rows[:limit]:
+        cells = [str(row.rank), row.mechanism, row.decoder,
+                 " ".join(f"{key}={value}" for key, value in row.parameters.items()) or "-",
+                 str(row.report_bits)]
+        if plan.n is not None:
+            cells.append(f"{row.error:.4g}")
+        if plan.target is not None:
+            cells.append("unreachable" if row.n_needed == -1 else f"{row.n_needed:,}")
+        cells += [row.method, f"{row.server_ops:.1e}"]
+        table.append(cells)
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip()
+             for line in table]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(head + lines)
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+def parse_metric(metric: str, k: int) -> Tuple[str, int]:
+    """``"l1"``, ``"l2"``, ``"linf"`` or ``"top-T"`` → (kind, T) (T = 0 unless top-T)."""
+    text = str(metric).strip().lower()
+    if text in ("l1", "l2", "linf"):
+        return text, 0
+    if text.startswith("top-") or text.startswith("top"):
+        digits = text[4:] if text.startswith("top-") else text[3:]
+        try:
+            t = int(digits)
+        except ValueError:
+            t = 0
+        if 1 <= t <= k:
+            return "top", t
+        raise ValueError(f"metric {metric!r}: top-T needs an integer 1 <= T <= k = {k}")
+    raise ValueError(f"unknown metric {metric!r} (expected 'l1', 'l2', 'linf' or 'top-T', "
+                     "e.g. 'top-10')")
+
+
+def top_values(p: np.ndarray, t: int) -> np.ndarray:
+    """Indices of the t largest entries of p (ties: the smaller index first)."""
+    order = np.argsort(-p, kind="stable")
+    return order[:t]
+
+
+def errors_of(estimates: np.ndarray, p: np.ndarray, kind: str,
+              top: Optional[np.ndarray] = None) -> np.ndarray:
+    """Per-row error of ``estimates`` (shape (R, k)) against p for a metric kind."""
+    diff = np.abs(np.atleast_2d(estimates) - p)
+    if kind == "l1":
+        return diff.sum(axis=1)
+    if kind == "l2":
+        return np.sqrt((diff * diff).sum(axis=1))
+    if kind == "linf":
+        return diff.max(axis=1)
+    return diff[:, top].sum(axis=1)
+
+
+def mean_error(per_draw: np.ndarray, kind: str) -> float:
+    """How draws are averaged: root mean square for ℓ2, the mean otherwise."""
+    per_draw = np.asarray(per_draw, dtype=np.float64)
+    if kind == "l2":
+        return float(np.sqrt(np.mean(per_draw * per_draw)))
+    return float(np.mean(per_draw))
+
+
+# -- the mechanisms ---------------------------------------------------------------------------
+
+def _mechanism_class(name: str) -> type:
+    import ldpdist
+    full = SHORT_NAMES.get(name.lower(), name)
+    if full not in PLANNED_MECHANISMS:
+        raise ValueError(f"mechanism {name!r} is not planned (choose from "
+                         f"{', '.join(PLANNED_MECHANISMS)} or their short names)")
+    return getattr(ldpdist, full)
+
+
+def report_bits(mechanism: Any) -> int:
+    """Bits one user sends: k for the bit-vector mechanisms, 1 for one-bit HR (its group is
+    assigned by the server), otherwise ``ceil(log2(output_size))``."""
+    if mechanism.report_kind == "bits":
+        return int(mechanism.output_size)
+    if type(mechanism).__name__ == "OneBitHadamardResponse":
+        return 1
+    return max(1, int(math.ceil(math.log2(mechanism.output_size))))
+
+
+def mechanism_parameters(mechanism: Any) -> Dict[str, Any]:
+    """The derived parameters a row shows."""
+    name = type(mechanism).__name__
+    if name == "HadamardResponse":
+        return {"K": int(mechanism.output_size)}
+    if name == "OneBitHadamardResponse":
+        return {"K": int(mechanism.num_groups)}
+    if name == "OptimizedLocalHashing":
+        return {"g": int(mechanism.g)}
+    if name == "SubsetSelection":
+        return {"d": int(mechanism.d)}
+    return {}
+
+
+def server_ops(mechanism: Any, decoder: str, n: int) -> float:
+    """Order of magnitude of the server's work: aggregating n reports (a counter increment per
+    index report, a pass over k bits per bit-vector report) plus decoding (the raw estimate's
+    transform, then O(k log k) for a sorting post-processing)."""
+    k = mechanism.k
+    size = float(mechanism.output_size)
+    aggregate = n * (k / 64.0 if mechanism.report_kind == "bits" else 1.0)
+    name = type(mechanism).__name__
+    if name in ("HadamardResponse", "OneBitHadamardResponse"):
+        raw = size * math.log2(max(size, 2.0))
+    elif name == "OptimizedLocalHashing":
+        g, t = int(mechanism.g), int(mechanism.t)
+        raw = min(t * float(g) ** (t + 2), float(g) ** t * k)
+    else:
+        raw = float(k)
+    post = 0.0 if decoder == "raw" else k * math.log2(max(k, 2))
+    return float(aggregate + raw + post)
+
+
+def frequency_oracle(mechanism: Any) -> Optional[Tuple[float, float]]:
+    """(p*, q*) of a pure frequency oracle, or None (module doc)."""
+    oracle = getattr(mechanism, "_frequency_oracle", None)
+    return None if oracle is None else oracle()
+
+
+# -- exact raw errors -------------------------------------------------------------------------
+
+def log_gamma(x: np.ndarray) -> np.ndarray:
+    """ln Γ(x) elementwise for x >= 1 (numpy has none): Stirling's series at x + 8 (four terms:
+    within about 3e-12 absolute), shifted back by the recurrence."""
+    x = np.asarray(x, dtype=np.float64)
+    z = x + 8.0
+    shift = np.zeros_like(x)
+    for i in range(8):
+        shift += np.log(x + i)
+    inverse = 1.0 / z
+    series = inverse * (1.0 / 12 - inverse * inverse * (1.0 / 360 - inverse * inverse
+                                                        * (1.0 / 1260 - inverse * inverse
+                                                           / 1680)))
+    return (z - 0.5) * np.log(z) - z + 0.5 * math.log(2 * math.pi) + series - shift
+
+
+def binomial_mean_absolute_deviation(n: int, s: np.ndarray) -> np.ndarray:
+    """``E|X − n s|`` for X ~ Binomial(n, s), elementwise (de Moivre):
+    ``2 (m + 1) C(n, m + 1) s^(m+1) (1 − s)^(n−m)`` with ``m = floor(n s)``. Where
+    ``n s (1 − s) > 10^7`` the normal value ``sqrt(2 n s (1 − s) / π)`` is used instead: it
+    is then exact to about 1e-7, while the log-gamma differences lose digits."""
+    s = np.clip(np.asarray(s, dtype=np.float64), 0.0, 1.0)
+    m = np.floor(n * s)
+    spread = n * s * (1.0 - s)
+    large = spread > 1e7
+    inside = (s > 0) & (s < 1) & (m + 1 <= n) & ~large
+    out = np.sqrt(2.0 * np.where(large, spread, 0.0) / math.pi)
+    mi, si = m[inside], s[inside]
+    log_choose = log_gamma(np.array([n + 1.0]))[0] - log_gamma(mi + 2) - log_gamma(n - mi)
+    out[inside] = 2.0 * (mi + 1) * np.exp(log_choose + (mi + 1) * np.log(si)
+                                          + (n - mi) * np.log1p(-si))
+    return out
+
+
+def raw_absolute_errors(mechanism: Any, p: np.ndarray, n: int) -> Tuple[np.ndarray, str]:
+    """``E|p̂_x − p_x|`` per value for the raw decoder, and the method (``exact`` or
+    ``normal``)."""
+    oracle = frequency_oracle(mechanism)
+    if oracle is not None:
+        p_star, q_star = oracle
+        s = q_star + (p_star - q_star) * p
+        return binomial_mean_absolute_deviation(n, s) / (n * abs(p_star - q_star)), "exact"
+    variance = mechanism.estimator_variance(p, n)
+    return np.sqrt(2.0 * np.maximum(variance, 0.0) / math.pi), "normal"
+
+
+# -- the surrogate ----------------------------------------------------------------------------
+
+def surrogate_raw(mechanism: Any, p: np.ndarray, n: int, draws: int,
+                  rng: np.random.Generator) -> np.ndarray:
+    """``draws`` surrogate raw estimates, shape (draws, k): independent coordinates with the
+    raw estimate's exact marginal law (module doc)."""
+    k = p.size
+    memory.check("the planner's surrogate draws", [("surrogate estimates", 16 * draws * k)])
+    oracle = frequency_oracle(mechanism)
+    if oracle is not None:
+        p_star, q_star = oracle
+        s = np.clip(q_star + (p_star - q_star) * p, 0.0, 1.0)
+        counts = rng.binomial(n, s, size=(draws, k))
+        raw = (counts / n - q_star) / (p_star - q_star)
+    else:
+        sigma = np.sqrt(np.maximum(mechanism.estimator_variance(p, n), 0.0))
+        raw = p + sigma * rng.standard_normal((draws, k))
+    if type(mechanism).__name__ in SUMS_TO_ONE:
+        variance = mechanism.estimator_variance(p, n)
+        total = float(variance.sum())
+        if total > 0:
+            raw -= np.outer(raw.sum(axis=1) - 1.0, variance / total)
+    return raw
+
+
+def post_process(mechanism: Any, raw: np.ndarray, n: int, decoder: str,
+                 sparsity: Optional[int] = None) -> np.ndarray:
+    """Apply a post-processing decoder to one raw estimate, as ``estimate`` would."""
+    return _decoders.post_process(mechanism, raw, n, decoder, sparsity=sparsity)
+
+
+def default_draws(k: int) -> int:
+    """Surrogate draws: enough that the average covers about 2^18 coordinates (4 to 256)."""
+    return int(min(256, max(4, 2**18 // max(k, 1))))
+
+
+def predict_error(mechanism: Any, decoder: str, p: Any, n: int, metric: str = "l1", *,
+                  sparsity: Optional[int] = None, draws: Optional[int] = None,
+                  seed: int = 0) -> Tuple[float, str]:
+    """Predicted error of ``mechanism`` with ``decoder`` from n users drawn from p.
+
+    Returns ``(error, method)`` (method: ``exact``, ``normal`` or ``surrogate``; module doc).
+    ``metric`` as in :func:`plan`. ``draws`` surrogate draws (default :func:`default_draws`),
+    from ``numpy.random.default_rng(seed)``.
+    """
+    p = _distribution_array(p, mechanism.k)
+    n = integer(n, "n", minimum=1)
+    kind, t = parse_metric(metric, mechanism.k)
+    top = top_values(p, t) if kind == "top" else None
+    if decoder == "raw" and kind != "linf":
+        if kind == "l2":
+            return float(math.sqrt(float(np.sum(mechanism.estimator_variance(p, n))))), "exact"
+        absolute, method = raw_absolute_errors(mechanism, p, n)
+        return float(absolute.sum() if kind == "l1" else absolute[top].sum()), method
+    if decoder in UNMODELED_DECODERS:
+        raise ValueError(f"the planner does not model decoder {decoder!r}")
+    draws = default_draws(mechanism.k) if draws is None else integer(draws, "draws", minimum=1)
+    rng = np.random.default_rng(seed)
+    per_draw = []
+    # a few draws at a time: bounded memory whatever k
+    chunk = max(1, min(draws, 2**22 // max(mechanism.k, 1)))
+    done = 0
+    while done < draws:
+        batch = surrogate_raw(mechanism, p, n, min(chunk, draws - done), rng)
+        estimates = np.stack([post_process(mechanism, row, n, decoder, sparsity)
+                              for row in batch])
+        per_draw.append(errors_of(estimates, p, kind, top))
+        done += batch.shape[0]
+    return mean_error(np.concatenate(per_draw), kind), "surrogate"
+
+
+def users_needed(mechanism: Any, decoder: str, p: np.ndarray, target: float, metric: str,
+                 *, sparsity: Optional[int] = None, seed: int = 0,
+                 start: Optional[int] = None) -> int:
+    """Smallest n (to about 2%) whose predicted error is at most ``target``; -1 when more than
+    10^15 users would be needed. The raw decoder's ℓ2 error is exactly ``sqrt(v/n)`` (v the
+    variance sum at n = 1); otherwise a secant search on log error against log n."""
+    kind, _ = parse_metric(metric, mechanism.k)
+    if decoder == "raw" and kind == "l2":
+        total = float(np.sum(mechanism.estimator_variance(p, 1)))
+        needed = math.ceil(total / (target * target))
+        return needed if needed <= _LARGEST_N else -1
+
+    def log_error(log_n: float) -> float:
+        value, _ = predict_error(mechanism, decoder, p, int(round(math.exp(log_n))), metric,
+                                 sparsity=sparsity, seed=seed)
+        return math.log(max(value, 1e-300))
+
+    log_target = math.log(target)
+    lo_n = math.log(start or 10**6)
+    hi_n = lo_n + math.log(4.0)
+    f_lo, f_hi = log_error(lo_n), log_error(hi_n)
+    # bracket: the error falls with n (about like n^(-1/2) once n is large)
+    for _ in range(40):
+        if f_lo >= log_target >= f_hi:
+            break
+        if f_hi > log_target:
+            lo_n, f_lo = hi_n, f_hi
+            hi_n = min(hi_n + 2.0 * max(f_hi - log_target, 0.35), math.log(_LARGEST_N) + 1)
+            f_hi = log_error(hi_n)
+            if hi_n > math.log(_LARGEST_N) and f_hi > log_target:
+                return -1
+        else:
+            hi_n, f_hi = lo_n, f_lo
+            lo_n = max(0.0, lo_n - 2.0 * max(log_target - f_lo, 0.35))
+            f_lo = log_error(lo_n)
+            if lo_n == 0.0 and f_lo <= log_target:
+                return 1
+    for _ in range(30):  # regula falsi in log-log, with bisection as the safeguard
+        if hi_n - lo_n < 0.02:
+            break
+        if f_lo != f_hi:
+            middle = lo_n + (f_lo - log_target) * (hi_n - lo_n) / (f_lo - f_hi)
+            middle = min(max(middle, lo_n + 0.1 * (hi_n - lo_n)), hi_n - 0.1 * (hi_n - lo_n))
+        else:
+            middle = 0.5 * (lo_n + hi_n)
+        f_middle = log_error(middle)
+        if f_middle > log_target:
+            lo_n, f_lo = middle, f_middle
+        else:
+            hi_n, f_hi = middle, f_middle
+    needed = int(math.ceil(math.exp(hi_n)))
+    return needed if needed <= _LARGEST_N else -1
+
+
+# -- plan -------------------------------------------------------------------------------------
+
+def _distribution_array(distribution: Any, k: int) -> np.ndarray:
+    p = np.asarray(distribution, dtype=np.float64)
+    if p.shape != (k,):
+        raise ValueError(f"the distribution must have shape ({k},), got {p.shape}")
+    if not np.all(np.isfinite(p)) or (p < 0).any() or abs(p.sum() - 1.0) > 1e-9:
+        raise ValueError("the distribution must be finite, non-negative and sum to 1")
+    return p
+
+
+def reference_distribution(k: int, distribution: Any = None,
+                           sparsity: Optional[int] = None) -> Tuple[np.ndarray, str]:
+    """The distribution the planner predicts for, and its label: the given array, a shape
+    spec (``"zipf:1.1"``, ``"geo:0.9"``, ``"unif:20"``; placed with a fixed seed), or the
+    uniform distribution over k values (over ``sparsity`` values when given)."""
+    if distribution is None:
+        if sparsity is None:
+            return np.full(k, 1.0 / k), "uniform"
+        distribution = f"unif:{sparsity}"
+    if isinstance(distribution, str):
+        from .experiments.distributions import (distribution_label, make_distribution,
+                                                parse_distribution)
+        kind, _ = parse_distribution(distribution)
+        if kind == "file":
+            from .experiments.distributions import load_distribution
+            return _distribution_array(load_distribution(distribution), k), distribution
+        memory.check("the planner's distribution", [("the distribution", 24 * k)])
+        p = make_distribution(distribution, k, np.random.default_rng(0))
+        return p, distribution_label(distribution)
+    return _distribution_array(distribution, k), "given"
+
+
+#: Decoders the planner leaves out of its table: the aliases (``norm_sub`` is ``project``,
+#: ``norm_mul`` is ``normalize``) and ``post_pos``, which is ``raw`` for the distribution
+#: (it clips query answers, not values).
+SKIPPED_DECODERS = tuple(_decoders.ALIASES) + ("post_pos",)
+
+
+def candidate_decoders(mechanism: Any, sparsity: Optional[int]) -> List[str]:
+    """The decoders the planner ranks for ``mechanism``: every decoder it accepts except
+    those in :data:`UNMODELED_DECODERS` and :data:`SKIPPED_DECODERS`."""
+    return [name for name in getattr(mechanism, "decoders", _decoders.DECODERS)
+            if name not in UNMODELED_DECODERS and name not in SKIPPED_DECODERS]
+
+
+def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[float] = None,
+         metric: str = "l1", sparsity: Optional[int] = None,
+         max_report_bits: Optional[int] = None, mechanisms: Optional[Sequence[str]] = None,
+         distribution: Any = None, decoders: Optional[Sequence[str]] = None,
+         seed: int = 0) -> Plan:
+    """Rank (mechanism, decoder) pairs by predicted error at n, or by users needed.
+
+    Parameters
+    ----------
+    k : int
+        Number of possible values (2 <= k).
+    epsilon : float
+        Privacy budget ε > 0 (every row's mechanism is ε-LDP for every pair of values; the
+        row states its realized ε).
+    n : int, optional
+        Number of users: rows are ranked by predicted error at n.
+    target : float, optional
+        Target error in ``metric``: rows get the users needed to reach it (and are ranked by
+        it when ``n`` is not given). At least one of ``n`` and ``target`` is required.
+    metric : {"l1", "l2", "linf", "top-T"}
+        ℓ1 (= 2 × total variation), ℓ2 (root mean square), ℓ∞, or the ℓ1 error on the T most
+        frequent values (e.g. ``"top-10"``).
+    sparsity : int, optional
+        The number of values with positive probability, when known: the reference
+        distribution becomes uniform on that many values, and ``sparse_project`` uses it.
+    max_report_bits : int, optional
+        Drop mechanisms whose reports are longer.
+    mechanisms : sequence of str, optional
+        Restrict to these (class or short names, e.g. ``["hr", "olh"]``); default
+        :data:`PLANNED_MECHANISMS`.
+    distribution : array of shape (k,) or str, optional
+        The distribution to plan for (a pilot estimate, or a shape ``"zipf:1.1"``,
+        ``"geo:0.9"``, ``"unif:20"``); default: uniform (see ``sparsity``).
+    decoders : sequence of str, optional
+        Restrict to these decoders.
+    seed : int
+        Seed of the surrogate draws (the plan is deterministic for a seed).
+
+    Returns
+    -------
+    Plan
+        Rows ranked best first (ties: fewer report bits first).
+
+    Examples
+    --------
+    >>> best = plan(1000, 1.0, n=100_000).best
+    >>> best.mechanism in PLANNED_MECHANISMS
+    True
+    """
+    k = integer(k, "k", minimum=2)
+    epsilon = check_epsilon(epsilon)
+    if n is None and target is None:
+        raise ValueError("give n (to predict the error) or target (to get the users needed)")
+    if n is not None:
+        n = integer(n, "n", minimum=1)
+    if target is not None:
+        target = real(target, "target")
+        if not target > 0:
+            raise ValueError(f"target must be a positive error, got {target}")
+    kind, _ = parse_metric(metric, k)
+    if sparsity is not None:
+        sparsity = integer(sparsity, "sparsity", minimum=1, maximum=k)
+    if max_report_bits is not None:
+        max_report_bits = integer(max_report_bits, "max_report_bits", minimum=1)
+    p, label = reference_distribution(k, distribution, sparsity)
+    names = PLANNED_MECHANISMS if mechanisms is None else list(mechanisms)
+    if not names:
+        raise ValueError("mechanisms is empty")
+    rows: List[Dict[str, Any]] = []
+    for name in names:
+        cls = _mechanism_class(name)
+        try:
+            mechanism = cls(k, epsilon)
+        except ValueError:
+            continue  # outside this mechanism's range (e.g. OLH above 2^23 values)
+        bits = report_bits(mechanism)
+        if max_report_bits is not None and bits > max_report_bits:
+            continue
+        groups = getattr(mechanism, "num_groups", None)
+        if groups is not None and n is not None and n < groups:
+            continue  # one-bit HR is biased unless every one of its K groups has a user
+        offered = candidate_decoders(mechanism, sparsity)
+        chosen = offered if decoders is None else [d for d in offered if d in decoders]
+        for decoder in chosen:
+            used_sparsity = sparsity if decoder in _decoders.SPARSE_DECODERS else None
+            parameters = dict(mechanism_parameters(mechanism))
+            if used_sparsity is not None:
+                parameters["sparsity"] = used_sparsity
+            error = method = None
+            if n is not None:
+                error, method = predict_error(mechanism, decoder, p, n, metric,
+                                              sparsity=used_sparsity, seed=seed)
+            needed = None
+            if target is not None:
+                needed = users_needed(mechanism, decoder, p, target, metric,
+                                      sparsity=used_sparsity, seed=seed, start=n)
+                if groups is not None and needed != -1:
+                    needed = max(needed, int(groups))
+                if method is None:
+                    _, method = predict_error(mechanism, decoder, p, 1000, metric,
+                                              sparsity=used_sparsity, seed=seed, draws=1)
+            users = n if n is not None else (needed if needed and needed > 0 else 1)
+            rows.append(dict(mechanism=type(mechanism).__name__, decoder=decoder,
+                             parameters=parameters, report_bits=bits, error=error,
+                             n_needed=needed, method=method,
+                             server_ops=server_ops(mechanism, decoder, users),
+                             realized_epsilon=float(mechanism.realized_epsilon)))
+    if not rows:
+        raise ValueError("no mechanism fits the constraints (max_report_bits, mechanisms, "
+                         "decoders)")
+
+    def key(row: Dict[str, Any]) -> Tuple[float, int]:
+        if n is not None:
+            return (row["error"], row["report_bits"])
+        needed = row["n_needed"]
+        return (math.inf if needed == -1 else needed, row["report_bits"])
+
+    rows.sort(key=key)
+    ranked = [PlanRow(rank=i + 1, **row) for i, row in enumerate(rows)]
+    return Plan(k=k, epsilon=epsilon, n=n, target=target, metric=metric, distribution=label,
+                rows=ranked)
+
+
+# -- command line -----------------------------------------------------------------------------
+
+def _count(text: str) -> int:
+    """A user count written as an integer or in float notation (``1e6``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of users, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 1 and value == int(value)):
+        raise ValueError(f"expected a whole number of users >= 1, got {text!r}")
+    return int(value)
+
+
+def _names(text: Optional[str]) -> Optional[List[str]]:
+    return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
+
+
+def cmd_plan(args: Any) -> int:
+    result = plan(args.k, args.epsilon, n=None if args.n is None else _count(args.n),
+                  target=args.target, metric=args.metric, sparsity=args.sparsity,
+                  max_report_bits=args.max_report_bits, mechanisms=_names(args.mechanisms),
+                  distribution=args.distribution, decoders=_names(args.decoders),
+                  seed=args.seed)
+    print(result.to_json() if args.json else format_plan(result, args.limit))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``plan`` to the ``ldpdist`` parser."""
+    p = subparsers.add_parser(
+        "plan", help="rank mechanisms and decoders by predicted error or users needed",
+        description="Rank every (mechanism, decoder) pair by its predicted error at N users "
+                    "(or by the users it needs to reach --target), with report size and "
+                    "server cost. See the docs page 'Planning' for how errors are predicted.")
+    p.add_argument("--k", type=int, required=True, help="number of possible values (>= 2)")
+    p.add_argument("--epsilon", type=float, required=True, help="privacy budget ε (> 0)")
+    p.add_argument("--n", metavar="N", help="number of users (e.g. 1e6)")
+    p.add_argument("--target", type=float, metavar="ERROR",
+                   help="target error in --metric: report the users each row needs")
+    p.add_argument("--metric", default="l1",
+                   help="l1 (default), l2, linf, or top-T (ℓ1 on the T most frequent values)")
+    p.add_argument("--sparsity", type=int, metavar="S",
+                   help="number of values with positive probability, when known")
+    p.add_argument("--max-report-bits", dest="max_report_bits", type=int, metavar="BITS",
+                   help="drop mechanisms whose reports are longer")
+    p.add_argument("--mechanisms", metavar="LIST",
+                   help="comma-separated short or class names (default: all planned)")
+    p.add_argument("--decoders", metavar="LIST", help="comma-separated decoder names")
+    p.add_argument("--distribution", metavar="DIST",
+                   help="plan for this distribution: geo:λ, zipf:a, unif:s or a .npy file "
+                        "(default: uniform)")
+    p.add_argument("--limit", type=int, default=None, metavar="ROWS",
+                   help="print only the best ROWS rows")
+    p.add_argument("--seed", type=int, default=0, help="seed of the surrogate draws")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_plan)
