@@ -9,7 +9,8 @@ strings exactly, floats to 1e-9 relative: seeded results are bit-identical whate
 number of threads, and the tolerance only leaves room for last-bit differences of floating
 point sums between CPUs or numpy builds; any change of a seed, a sampler or an estimator
 moves an error by far more). The timing generators (``performance``, ``simulate-speed``)
-are not compared.
+are not compared, nor is the planner's validation grid (``planning``: minutes of
+simulations; tests/test_planner.py applies its criteria to a smaller grid).
 
 A failure means a shown number is stale: run ``python docs/generate.py --only NAME`` (or
 the whole script) and commit the result, after checking that the change is intended.
@@ -52,7 +53,9 @@ def _load_generate():
 
 
 generate = _load_generate()
-DETERMINISTIC = [name for name, gen in generate.GENERATORS.items() if not gen.timing]
+# ``planning`` (compared=False) takes minutes; tests/test_planner.py checks its criteria.
+DETERMINISTIC = [name for name, gen in generate.GENERATORS.items()
+                 if not gen.timing and gen.compared]
 OUTPUTS = [(name, output) for name in DETERMINISTIC
            for output in generate.GENERATORS[name].outputs
            if not output.startswith("figures/")]

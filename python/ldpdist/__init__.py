@@ -49,8 +49,8 @@ ldpdist.errors
     Exception classes.
 """
 
-from . import (consistency, decoders, errors, kernels, linear, mechanisms, memory, planner,
-               privacy, reports, specs)
+from . import (consistency, decoders, empirical_bayes, errors, kernels, linear, mechanisms,
+               memory, planner, privacy, reports, specs)
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
 from .planner import Plan, PlanRow, plan

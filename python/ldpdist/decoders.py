@@ -40,6 +40,11 @@ The consistency family (:data:`CONSISTENCY_DECODERS`)
     ``"power_ns"`` use the noise of the raw estimate: the mechanism's exact
     ``estimator_variance``, or, for a mechanism without one (compressive privatization), a
     constant read from the raw estimate (:func:`ldpdist.consistency.noise_model`).
+``"empirical_bayes"``
+    For heavy-tailed (and sparse) distributions: a nonparametric prior of the values'
+    frequencies fitted to the raw estimate (Kiefer–Wolfowitz NPMLE), then every value's
+    posterior at a common quantile so that the estimate sums to 1
+    (:func:`ldpdist.empirical_bayes.from_noise_model`; the noise as for ``"base_cut"``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from typing import Any, List, NamedTuple, Optional
 
 import numpy as np
 
-from . import consistency, kernels, memory
+from . import consistency, empirical_bayes, kernels, memory
 from ._validation import integer, one_of, real
 
 try:  # typing.Protocol is 3.8+; the annotations below are informative only
@@ -77,7 +82,10 @@ CONSISTENCY_DECODERS = consistency.METHODS
 #: Decoders that are another decoder under the consistency paper's name.
 ALIASES = {"norm_sub": "project", "norm_mul": "normalize"}
 #: Decoders of every mechanism (compressive privatization has all but ``"ibu"``).
-DECODERS = ("raw", "normalize", "project", "sparse_project", "ibu") + CONSISTENCY_DECODERS
+DECODERS = (("raw", "normalize", "project", "sparse_project", "ibu") + CONSISTENCY_DECODERS
+            + ("empirical_bayes",))
+#: Decoders that use the noise of the raw estimate (:func:`ldpdist.consistency.noise_model`).
+NOISE_DECODERS = consistency.NOISE_METHODS + ("empirical_bayes",)
 #: Decoders of the two-stage mechanisms, on top of :data:`DECODERS`.
 TWO_STAGE_DECODERS = ("two_stage", "two_stage_project")
 #: Every decoder name some mechanism accepts (``mechanism.decoders`` says which it has).
@@ -276,8 +284,7 @@ def post_process(mechanism: "Mechanism", raw: np.ndarray, n: int, decoder: str, 
     surrogate raw estimates)."""
     if decoder == "sparse_project" and sparsity is None:
         sparsity = noise_level_sparsity(raw)
-    noise = (consistency.noise_model(mechanism, n, raw)
-             if decoder in consistency.NOISE_METHODS else None)
+    noise = consistency.noise_model(mechanism, n, raw) if decoder in NOISE_DECODERS else None
     return finish(raw, decoder, sparsity, noise=noise)
 
 
@@ -297,7 +304,7 @@ def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None, *,
     """Apply a post-processing decoder (``raw``, ``normalize``, ``project``,
     ``sparse_project`` or one of :data:`CONSISTENCY_DECODERS`) to a raw estimate. ``noise``:
     the :class:`ldpdist.consistency.NoiseModel` of the raw estimate, for ``base_cut``,
-    ``mle_apx``, ``power`` and ``power_ns``."""
+    ``mle_apx``, ``power``, ``power_ns`` and ``empirical_bayes``."""
     decoder = ALIASES.get(decoder, decoder)
     if decoder == "raw":
         return raw
@@ -309,4 +316,10 @@ def finish(raw: np.ndarray, decoder: str, sparsity: Optional[int] = None, *,
         return kernels.project_sparse_simplex(raw, sparsity)
     if decoder in CONSISTENCY_DECODERS:
         return consistency.apply(raw, decoder, noise)
+    if decoder == "empirical_bayes":
+        if noise is None:
+            raise ValueError("empirical_bayes needs the noise of the raw estimate: pass "
+                             "noise=NoiseModel(...) (or use the decoder, which builds it "
+                             "from the mechanism)")
+        return empirical_bayes.from_noise_model(raw, noise)
     raise ValueError(f"decoder {decoder!r} is not a post-processing decoder")

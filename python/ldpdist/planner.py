@@ -51,7 +51,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import decoders as _decoders
-from . import memory
+from . import kernels, memory
 from ._validation import integer, real
 from .mechanisms import SHORT_NAMES
 from .mechanisms.base import check_epsilon
@@ -67,9 +67,11 @@ PLANNED_MECHANISMS = ("RandomizedResponse", "HadamardResponse", "RAPPOR",
 #: Mechanisms whose raw estimate sums to exactly 1 (``tests/test_planner.py`` checks it).
 SUMS_TO_ONE = ("RandomizedResponse", "SubsetSelection")
 
-#: Decoders that are not a post-processing of the raw estimate; the planner does not model
-#: them (see the docs page *Planning*).
-UNMODELED_DECODERS = ("ibu",) + _decoders.TWO_STAGE_DECODERS
+#: Decoders the planner does not model (see the docs page *Planning*): those that are not a
+#: post-processing of the raw estimate, and ``empirical_bayes``, whose surrogate prediction
+#: was off by more than 30% on sparse distributions in the validation (its fitted prior
+#: feels the correlations the surrogate leaves out) and whose fit costs about 0.2 s per draw.
+UNMODELED_DECODERS = ("ibu",) + _decoders.TWO_STAGE_DECODERS + ("empirical_bayes",)
 
 _LARGEST_N = 10**15
 
@@ -368,43 +370,107 @@ def post_process(mechanism: Any, raw: np.ndarray, n: int, decoder: str,
 
 
 def default_draws(k: int) -> int:
-    """Surrogate draws: enough that the average covers about 2^18 coordinates (4 to 256)."""
-    return int(min(256, max(4, 2**18 // max(k, 1))))
+    """Surrogate draws: enough that the average covers about 2^15 coordinates (4 to 32)."""
+    return int(min(32, max(4, 2**15 // max(k, 1))))
 
 
-def predict_error(mechanism: Any, decoder: str, p: Any, n: int, metric: str = "l1", *,
-                  sparsity: Optional[int] = None, draws: Optional[int] = None,
-                  seed: int = 0) -> Tuple[float, str]:
-    """Predicted error of ``mechanism`` with ``decoder`` from n users drawn from p.
+#: Decoders defined as another decoder's output post-processed: the planner computes the
+#: first once per draw (``power_ns`` is Norm-Sub of ``power``, :func:`ldpdist.consistency.power_ns`).
+_COMPOSED = {"power_ns": ("power", kernels.project_simplex)}
 
-    Returns ``(error, method)`` (method: ``exact``, ``normal`` or ``surrogate``; module doc).
-    ``metric`` as in :func:`plan`. ``draws`` surrogate draws (default :func:`default_draws`),
-    from ``numpy.random.default_rng(seed)``.
+
+#: Relative standard error the surrogate's mean aims at for the best decoder, and the most
+#: draws it takes for it (the error of a sparse distribution sits on a few values and varies
+#: more from draw to draw; a noisy prediction would favour rows by luck).
+DRAW_PRECISION = 0.02
+MAX_DRAWS = 256
+
+
+def _draws_for_precision(per_draw: Dict[str, List[float]], k: int) -> int:
+    """Draws that bring the best decoder's mean to :data:`DRAW_PRECISION` relative standard
+    error, at most :data:`MAX_DRAWS` (fewer for large k: at most about 2^22 coordinates)."""
+    best = min(per_draw.values(), key=lambda values: float(np.mean(values)))
+    mean = float(np.mean(best))
+    if mean <= 0 or len(best) < 2:
+        return len(best)
+    variation = float(np.std(best, ddof=1)) / mean
+    wanted = int(math.ceil((variation / DRAW_PRECISION) ** 2))
+    return int(min(wanted, MAX_DRAWS, max(len(best), 2**22 // max(k, 1))))
+
+
+def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,
+                   metric: str = "l1", *, sparsity: Optional[int] = None,
+                   draws: Optional[int] = None, seed: int = 0) -> Dict[str, Tuple[float, str]]:
+    """Predicted error of ``mechanism`` with each of ``decoders`` from n users drawn from p.
+
+    Returns ``{decoder: (error, method)}`` (method: ``exact``, ``normal`` or ``surrogate``;
+    module doc). ``metric`` as in :func:`plan`. The surrogate decoders share ``draws`` draws
+    from ``numpy.random.default_rng(seed)``, so their differences are not blurred by
+    different noise. By default, :func:`default_draws` first, then more until the best
+    decoder's mean has :data:`DRAW_PRECISION` relative standard error (at most
+    :data:`MAX_DRAWS`).
     """
     p = _distribution_array(p, mechanism.k)
     n = integer(n, "n", minimum=1)
     kind, t = parse_metric(metric, mechanism.k)
     top = top_values(p, t) if kind == "top" else None
-    if decoder == "raw" and kind != "linf":
-        if kind == "l2":
-            return float(math.sqrt(float(np.sum(mechanism.estimator_variance(p, n))))), "exact"
-        absolute, method = raw_absolute_errors(mechanism, p, n)
-        return float(absolute.sum() if kind == "l1" else absolute[top].sum()), method
-    if decoder in UNMODELED_DECODERS:
-        raise ValueError(f"the planner does not model decoder {decoder!r}")
+    results: Dict[str, Tuple[float, str]] = {}
+    surrogate = []
+    for decoder in decoders:
+        if decoder in UNMODELED_DECODERS:
+            raise ValueError(f"the planner does not model decoder {decoder!r}")
+        if decoder == "raw" and kind == "l2":
+            results[decoder] = (float(math.sqrt(float(np.sum(
+                mechanism.estimator_variance(p, n))))), "exact")
+        elif decoder == "raw" and kind != "linf":
+            absolute, method = raw_absolute_errors(mechanism, p, n)
+            results[decoder] = (float(absolute.sum() if kind == "l1" else absolute[top].sum()),
+                                method)
+        else:
+            surrogate.append(decoder)
+    if not surrogate:
+        return results
+    adaptive = draws is None
     draws = default_draws(mechanism.k) if draws is None else integer(draws, "draws", minimum=1)
     rng = np.random.default_rng(seed)
-    per_draw = []
+    per_draw: Dict[str, List[float]] = {decoder: [] for decoder in surrogate}
     # a few draws at a time: bounded memory whatever k
     chunk = max(1, min(draws, 2**22 // max(mechanism.k, 1)))
     done = 0
-    while done < draws:
+    while True:
+        if done >= draws:
+            if not adaptive:
+                break
+            adaptive = False
+            draws = max(draws, _draws_for_precision(per_draw, mechanism.k))
+            if done >= draws:
+                break
         batch = surrogate_raw(mechanism, p, n, min(chunk, draws - done), rng)
-        estimates = np.stack([post_process(mechanism, row, n, decoder, sparsity)
-                              for row in batch])
-        per_draw.append(errors_of(estimates, p, kind, top))
+        for raw in batch:
+            outputs: Dict[str, np.ndarray] = {}
+            for decoder in surrogate:
+                base, then = _COMPOSED.get(decoder, (None, None))
+                if base is not None and base in surrogate:
+                    continue  # from its base's output, below
+                used = sparsity if decoder in _decoders.SPARSE_DECODERS else None
+                outputs[decoder] = post_process(mechanism, raw, n, decoder, used)
+            for decoder in surrogate:
+                base, then = _COMPOSED.get(decoder, (None, None))
+                if decoder not in outputs:
+                    outputs[decoder] = then(outputs[base])
+                per_draw[decoder].append(float(errors_of(outputs[decoder], p, kind, top)[0]))
         done += batch.shape[0]
-    return mean_error(np.concatenate(per_draw), kind), "surrogate"
+    for decoder in surrogate:
+        results[decoder] = (mean_error(np.array(per_draw[decoder]), kind), "surrogate")
+    return results
+
+
+def predict_error(mechanism: Any, decoder: str, p: Any, n: int, metric: str = "l1", *,
+                  sparsity: Optional[int] = None, draws: Optional[int] = None,
+                  seed: int = 0) -> Tuple[float, str]:
+    """:func:`predict_errors` for one decoder: ``(error, method)``."""
+    return predict_errors(mechanism, [decoder], p, n, metric, sparsity=sparsity,
+                          draws=draws, seed=seed)[decoder]
 
 
 def users_needed(mechanism: Any, decoder: str, p: np.ndarray, target: float, metric: str,
@@ -590,15 +656,15 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
             continue  # one-bit HR is biased unless every one of its K groups has a user
         offered = candidate_decoders(mechanism, sparsity)
         chosen = offered if decoders is None else [d for d in offered if d in decoders]
+        predicted = ({} if n is None else
+                     predict_errors(mechanism, chosen, p, n, metric, sparsity=sparsity,
+                                    seed=seed))
         for decoder in chosen:
             used_sparsity = sparsity if decoder in _decoders.SPARSE_DECODERS else None
             parameters = dict(mechanism_parameters(mechanism))
             if used_sparsity is not None:
                 parameters["sparsity"] = used_sparsity
-            error = method = None
-            if n is not None:
-                error, method = predict_error(mechanism, decoder, p, n, metric,
-                                              sparsity=used_sparsity, seed=seed)
+            error, method = predicted.get(decoder, (None, None))
             needed = None
             if target is not None:
                 needed = users_needed(mechanism, decoder, p, target, metric,

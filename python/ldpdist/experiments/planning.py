@@ -2,7 +2,8 @@
 
 A *cell* is one setting (k, ε, n, distribution). :func:`validate_cell` plans it (with the
 distribution known to the planner), then simulates every planned row exactly in law
-(``mechanism.simulate`` on multinomial true counts, several seeded repetitions) and returns,
+(``mechanism.simulate`` on multinomial true counts, seeded repetitions until the mean is
+known to 2%) and returns,
 per row, the predicted and the simulated error. The docs page *Planning* shows a grid of cells
 (``docs/generate.py --only planning``); ``tests/test_planner.py`` checks a smaller one.
 
@@ -38,11 +39,24 @@ SIMULATION_LIMITS = {"SubsetSelection": 2**14}
 SIMULATED_SPAN = 1.25
 
 
-def repetitions(p: np.ndarray) -> int:
-    """Simulated repetitions per cell: about 4000 coordinates holding probability in all
-    (the error of a sparse distribution sits on its support), 2 to 100."""
-    support = int(np.count_nonzero(p > 1e-4 / p.size)) or 1
-    return int(min(100, max(2, 4000 // support)))
+#: Relative standard error of the simulated mean the repetitions aim at (per mechanism, for
+#: its best simulated row), and their bounds.
+SIMULATION_PRECISION = 0.02
+MIN_REPETITIONS, MAX_REPETITIONS = 4, 100
+
+
+def enough_repetitions(values: Sequence[float], k: int) -> bool:
+    """Whether the simulated errors ``values`` of a row pin its mean down to
+    :data:`SIMULATION_PRECISION` (or the repetitions reached their cap: at most
+    :data:`MAX_REPETITIONS`, and about 2^22 estimated values in all)."""
+    count = len(values)
+    if count < MIN_REPETITIONS:
+        return False
+    if count >= min(MAX_REPETITIONS, max(MIN_REPETITIONS, 2**22 // k)):
+        return True
+    mean = float(np.mean(values))
+    return mean <= 0 or float(np.std(values, ddof=1)) / mean / math.sqrt(count) \
+        <= SIMULATION_PRECISION
 
 
 def validate_cell(k: int, epsilon: float, n: int, distribution: str, *,
@@ -57,7 +71,6 @@ def validate_cell(k: int, epsilon: float, n: int, distribution: str, *,
                           mechanisms=mechanisms, decoders=decoders, seed=seed)
     kind, t = planner.parse_metric(metric, k)
     top = planner.top_values(p, t) if kind == "top" else None
-    reps = repetitions(p) if reps is None else reps
     cutoff = SIMULATED_SPAN * result.rows[0].error
     simulated: Dict[tuple, List[float]] = {}
     by_mechanism: Dict[str, List[planner.PlanRow]] = {}
@@ -69,7 +82,10 @@ def validate_cell(k: int, epsilon: float, n: int, distribution: str, *,
         if k > SIMULATION_LIMITS.get(name, math.inf):
             continue
         mechanism = getattr(ldpdist, name)(k, epsilon)
-        for rep in range(reps):
+        best = (name, min(rows, key=lambda row: row.error).decoder)
+        for rep in range(MAX_REPETITIONS if reps is None else reps):
+            if reps is None and enough_repetitions(simulated.get(best, []), k):
+                break
             counts = np.random.default_rng([seed, k, n, rep, 1]).multinomial(n, p)
             aggregate = mechanism.simulate(counts, seed=int(
                 np.random.default_rng([seed, k, n, rep, 2]).integers(2**63)))
