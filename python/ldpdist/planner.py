@@ -382,20 +382,20 @@ _COMPOSED = {"power_ns": ("power", kernels.project_simplex)}
 #: Relative standard error the surrogate's mean aims at for the best decoder, and the most
 #: draws it takes for it (the error of a sparse distribution sits on a few values and varies
 #: more from draw to draw; a noisy prediction would favour rows by luck).
-DRAW_PRECISION = 0.02
-MAX_DRAWS = 256
+DRAW_PRECISION = 0.03
+MAX_DRAWS = 128
 
 
 def _draws_for_precision(per_draw: Dict[str, List[float]], k: int) -> int:
     """Draws that bring the best decoder's mean to :data:`DRAW_PRECISION` relative standard
-    error, at most :data:`MAX_DRAWS` (fewer for large k: at most about 2^22 coordinates)."""
+    error, at most :data:`MAX_DRAWS` (fewer for large k: at most about 2^19 coordinates)."""
     best = min(per_draw.values(), key=lambda values: float(np.mean(values)))
     mean = float(np.mean(best))
     if mean <= 0 or len(best) < 2:
         return len(best)
     variation = float(np.std(best, ddof=1)) / mean
     wanted = int(math.ceil((variation / DRAW_PRECISION) ** 2))
-    return int(min(wanted, MAX_DRAWS, max(len(best), 2**22 // max(k, 1))))
+    return int(min(wanted, MAX_DRAWS, max(len(best), 2**19 // max(k, 1))))
 
 
 def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,

@@ -36,7 +36,6 @@ per method (the tables of the docs give OUE and HR too). ``--quick``: 3 runs;
 
 from __future__ import annotations
 
-import csv
 import os
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -44,7 +43,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .. import consistency
-from .results import write_csv
+from .results import read_typed_csv, write_csv
 
 DESCRIPTION = ("The consistency post-processing family (Wang et al., NDSS 2020): Base and the "
                "ten methods on OLH, OUE and HR, k = 1024, n = 10^5, Zipf(1.1) and "
@@ -169,16 +168,7 @@ def write(rows: Sequence[Dict[str, Any]], path: str) -> None:
 
 def read(path: str) -> List[Dict[str, Any]]:
     """Rows of :func:`write` with the numbers converted back."""
-    out = []
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key in ("k", "n", "run"):
-                row[key] = int(row[key])
-            for key in ("epsilon", "error", "seconds"):
-                row[key] = float(row[key])
-            row["l1"] = float(row["l1"]) if row["l1"] else ""
-            out.append(row)
-    return out
+    return read_typed_csv(path, ("k", "n", "run"), ("epsilon", "error", "seconds"), ("l1",))
 
 
 def mean_errors(rows: Sequence[Dict[str, Any]]) -> Dict[Tuple[str, str, str, float, str],

@@ -34,7 +34,6 @@ columns :data:`COLUMNS`), ``linear-queries.png`` (the four panels, in the style 
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import time
@@ -42,7 +41,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .results import write_csv
+from .results import read_typed_csv, write_csv
 
 DESCRIPTION = ("Linear queries under LDP (first measurements): (a) 16 random queries over "
                "J = 1000, max error vs n for the Gaussian and rejection-sampling protocols "
@@ -217,16 +216,7 @@ def write(rows: Sequence[Dict[str, Any]], path: str) -> None:
 
 def read(path: str) -> List[Dict[str, Any]]:
     """Rows of :func:`write` with the numbers converted back."""
-    out = []
-    with open(path, newline="") as handle:
-        for row in csv.DictReader(handle):
-            for key in ("J", "d", "n", "run"):
-                row[key] = int(row[key])
-            for key in ("epsilon", "error", "l2", "linf", "bound", "seconds"):
-                row[key] = float(row[key])
-            row["delta"] = float(row["delta"]) if row["delta"] else ""
-            out.append(row)
-    return out
+    return read_typed_csv(path, ("J", "d", "n", "run"), ("epsilon", "error", "l2", "linf", "bound", "seconds"), ("delta",))
 
 
 def _mean(rows: Sequence[Dict[str, Any]], **match: Any) -> Dict[int, List[float]]:

@@ -35,3 +35,20 @@ def read_csv(path: str) -> List[Dict[str, Any]]:
                 row[key] = float(row[key])
             out.append(row)
     return out
+
+
+def read_typed_csv(path: str, integers: Sequence[str], floats: Sequence[str],
+                   optional_floats: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Rows of a CSV written by :func:`write_csv` with other columns: ``integers`` and
+    ``floats`` converted back, ``optional_floats`` too unless empty (then ``""``)."""
+    out = []
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            for key in integers:
+                row[key] = int(row[key])
+            for key in floats:
+                row[key] = float(row[key])
+            for key in optional_floats:
+                row[key] = float(row[key]) if row[key] else ""
+            out.append(row)
+    return out

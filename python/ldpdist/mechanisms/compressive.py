@@ -9,8 +9,8 @@ import numpy as np
 
 from .. import _core
 from .._validation import integer, one_of, seed_key, shown
-from ..consistency import NOISE_METHODS, noise_model
-from ..decoders import DECODERS, finish
+from ..consistency import noise_model
+from ..decoders import DECODERS, NOISE_DECODERS, finish
 from ..reports import ReportBatch, Reports
 from ..specs import register
 from .base import Mechanism
@@ -226,6 +226,6 @@ class CompressivePrivatization(Mechanism):
         one_of(decoder, self.decoders, "decoder (compressive privatization)")
         recovery = self.recover(counts, n, sparsity, model)
         # no closed-form variance: the consistency decoders that need one read it from raw
-        noise = (noise_model(self, n, recovery.raw) if decoder in NOISE_METHODS else None)
+        noise = (noise_model(self, n, recovery.raw) if decoder in NOISE_DECODERS else None)
         return finish(recovery.raw, decoder, sparsity or max(1, len(recovery.support)),
                       noise=noise)
