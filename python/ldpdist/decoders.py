@@ -84,6 +84,10 @@ ALIASES = {"norm_sub": "project", "norm_mul": "normalize"}
 #: Decoders of every mechanism (compressive privatization has all but ``"ibu"``).
 DECODERS = (("raw", "normalize", "project", "sparse_project", "ibu") + CONSISTENCY_DECODERS
             + ("empirical_bayes",))
+#: Decoders whose output may have negative entries (unbiased or shifted estimates).
+SIGNED_DECODERS = ("raw", "post_pos", "norm")
+#: Decoders whose output need not sum to 1 (non-negative, but cut or shrunk, not rescaled).
+UNNORMALIZED_DECODERS = SIGNED_DECODERS[:2] + ("base_pos", "base_cut", "norm_cut", "power")
 #: Decoders that use the noise of the raw estimate (:func:`ldpdist.consistency.noise_model`).
 NOISE_DECODERS = consistency.NOISE_METHODS + ("empirical_bayes",)
 #: Decoders of the two-stage mechanisms, on top of :data:`DECODERS`.

@@ -199,8 +199,11 @@ def check_estimate(mech: Any, estimate: Any, decoder: str, sparsity: Any = None)
     assert estimate.shape == (mech.k,) and estimate.dtype == np.float64, (estimate.shape,
                                                                           estimate.dtype)
     assert np.isfinite(estimate).all(), f"non-finite estimate from {decoder}: {estimate}"
-    if decoder != "raw":
+    from ldpdist.decoders import SIGNED_DECODERS, UNNORMALIZED_DECODERS
+
+    if decoder not in SIGNED_DECODERS:
         assert (estimate >= 0).all(), f"negative probability from {decoder}: {estimate}"
+    if decoder not in UNNORMALIZED_DECODERS:
         assert abs(float(estimate.sum()) - 1.0) < 1e-6, f"{decoder} sums to {estimate.sum()}"
     if decoder == "sparse_project" and sparsity is not None:  # None: CP or the rule chose s
         assert np.count_nonzero(estimate) <= sparsity
