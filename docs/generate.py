@@ -1186,7 +1186,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--no-figures", action="store_true",
                         help="data and tables only (no PNG; the tests use it)")
     parser.add_argument("--deterministic", action="store_true",
-                        help="skip the timing generators")
+                        help="skip the timing generators (and the slow planning grid unless "
+                             "named with --only)")
     args = parser.parse_args(argv)
     if args.list:
         for gen in GENERATORS.values():
@@ -1200,7 +1201,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error(f"unknown generator(s) {', '.join(unknown)} (known: {', '.join(names)})")
         names = [n for n in names if n in args.only]
     if args.deterministic:
-        names = [n for n in names if not GENERATORS[n].timing]
+        names = [n for n in names if not GENERATORS[n].timing
+                 and (GENERATORS[n].compared or args.only)]  # the slow ones only when named
     if args.check:
         if not args.only:  # the slow ones only when named
             names = [n for n in names if GENERATORS[n].compared]
