@@ -53,6 +53,7 @@ import numpy as np
 from . import decoders as _decoders
 from . import kernels, memory
 from ._validation import integer, real
+from . import mechanisms as _mechanisms
 from .mechanisms import SHORT_NAMES
 from .mechanisms.base import check_epsilon
 
@@ -234,12 +235,11 @@ def mean_error(per_draw: np.ndarray, kind: str) -> float:
 # -- the mechanisms ---------------------------------------------------------------------------
 
 def _mechanism_class(name: str) -> type:
-    import ldpdist
     full = SHORT_NAMES.get(name.lower(), name)
     if full not in PLANNED_MECHANISMS:
         raise ValueError(f"mechanism {name!r} is not planned (choose from "
                          f"{', '.join(PLANNED_MECHANISMS)} or their short names)")
-    return getattr(ldpdist, full)
+    return getattr(_mechanisms, full)
 
 
 def report_bits(mechanism: Any) -> int:

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from .. import planner
+from .. import mechanisms as mechanism_classes, planner
 from .distributions import make_distribution
 
 #: Tolerances of the criteria (module doc).
@@ -77,11 +77,10 @@ def validate_cell(k: int, epsilon: float, n: int, distribution: str, *,
     for row in result.rows:
         if row.rank == 1 or row.error <= cutoff:
             by_mechanism.setdefault(row.mechanism, []).append(row)
-    import ldpdist
     for name, rows in by_mechanism.items():
         if k > SIMULATION_LIMITS.get(name, math.inf):
             continue
-        mechanism = getattr(ldpdist, name)(k, epsilon)
+        mechanism = getattr(mechanism_classes, name)(k, epsilon)
         best = (name, min(rows, key=lambda row: row.error).decoder)
         for rep in range(MAX_REPETITIONS if reps is None else reps):
             if reps is None and enough_repetitions(simulated.get(best, []), k):
