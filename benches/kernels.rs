@@ -164,7 +164,7 @@ fn bench_simplex(c: &mut Criterion) {
             b.iter(|| project_simplex(black_box(v)).unwrap())
         });
     }
-    // The three input families of issue 13 at k = 10^6 and 10^7: random (uniform [0, 1)),
+    // Three input families at k = 10^6 and 10^7: random (uniform [0, 1)),
     // near-uniform with full support (1/k + N(0, (1/k)²): ≈ 82 % of the entries in the support) and a few
     // large entries over small noise. The result's allocation is included.
     group.sample_size(10);

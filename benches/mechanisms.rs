@@ -93,7 +93,7 @@ fn bench_privatize(c: &mut Criterion) {
     });
     group.finish();
     // The Bernoulli(b) noise bits alone, one thread: 64 lanes per word until all are decided
-    // (`word`, the sampler before issue 13) against `fill` (whole words for two digits, a
+    // (`word`, the original sampler) against `fill` (whole words for two digits, a
     // reservoir for the rest). Element: output bit.
     let mut group = c.benchmark_group("bernoulli_lanes");
     let mut buffer = vec![0u8; 1 << 20];

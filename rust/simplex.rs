@@ -1051,7 +1051,9 @@ mod tests {
             .collect()
     }
 
-    /// Every input family of issue 13 and the hard cases, at length k.
+    /// The input families `project_simplex` is benchmarked on (uniform, near-uniform, a few
+    /// large entries over noise) and the hard cases (ties, extreme magnitudes, a narrow
+    /// cluster), at length k.
     fn families(k: usize) -> Vec<(&'static str, Vec<f64>)> {
         let n = normals(k as u64, k);
         let kf = k as f64;

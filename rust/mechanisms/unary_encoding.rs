@@ -50,10 +50,10 @@
 //! [`BernoulliLanes::fill`] instead, which decides the first two digits with whole words and
 //! hands each lane still undecided (a quarter) an independent Bernoulli draw of the rest of
 //! the expansion from a reservoir filled the same way: ≈ 2.7 random words per 64 bits
-//! (issue 13; 2× the throughput of `word`, `cargo bench --bench mechanisms --
-//! bernoulli_lanes`). Lanes are exchangeable, so a word's 64 lanes are written to 8 bytes of
-//! the row in any fixed order; the padding bits of the last byte are cleared. Bit x is then
-//! overwritten with an exact Bernoulli(a) draw ([`BernoulliThreshold`]).
+//! (`cargo bench --bench mechanisms -- bernoulli_lanes` times both). Lanes are exchangeable,
+//! so a word's 64 lanes are written to 8 bytes of the row in any fixed order; the padding
+//! bits of the last byte are cleared. Bit x is then overwritten with an exact Bernoulli(a)
+//! draw ([`BernoulliThreshold`]).
 //!
 //! # Simulation
 //! Given the users, the per-bit counts are independent: `c_j = Bin(n_j, a) + Bin(n − n_j, b)`.
