@@ -1,4 +1,4 @@
-"""Bounded memory, never an abort (issue 8, item 2), and Ctrl-C within a second (item 3).
+"""Bounded memory, never an abort, and Ctrl-C within a second.
 
 Each case runs in a fresh interpreter under an address-space limit (RLIMIT_AS = 3 GiB), so
 that an unguarded allocation shows up as an abort or a crash of that child, never of the
@@ -36,7 +36,8 @@ def outcome(call):
     print(f"outcome {{kind}} {{time.perf_counter() - start:.2f}}", flush=True)
 """
 
-# The cases issue 8 found (abort, OOM kill, 16 GiB from a small spec, 10 GB from_bytes).
+# Requests that once aborted, were OOM-killed, or allocated 16 GiB from a small spec or 10 GB
+# in from_bytes.
 CASES = {
     "rr-k2^28-estimate-one-report":
         "m = ldpdist.RandomizedResponse(2**28, 1.0); "
@@ -200,6 +201,10 @@ INTERRUPTIBLE = {
                          "r = m.privatize(np.arange(10), seed=1); go(lambda: m.estimate(r, 'ibu'))",
     "sign-matrix": "from ldpdist import kernels; go(lambda: kernels.SignMatrix(1, 4096, 2**22, 'balanced'))",
     "rust-loop": "go(lambda: ldpdist._core._interruptible_sleep_for_tests(60))",
+    "linear-sensitivity-on-a-sphere": "from ldpdist.linear import l2_sensitivity; "
+                                      "g = np.random.default_rng(0).standard_normal((8, 2**17)); "
+                                      "q = g / np.linalg.norm(g, axis=0); "
+                                      "go(lambda: l2_sensitivity(q, max_sensitivity_work=None))",
     "aggregate-public-coin-hashing": "m = ldpdist.PublicCoinHashing(100_000, 3, seed=1); "
                                      "r = m.privatize(np.zeros(2_000_000, np.uint32)); "
                                      "go(lambda: [m.aggregator().add(r) for _ in range(20)])",
@@ -254,3 +259,37 @@ def test_ctrl_c_does_not_depend_on_the_inherited_sigint_disposition():
     """A child started with SIGINT ignored (as under `pytest ... &` in a non-interactive
     shell) still gets KeyboardInterrupt: the prelude sets its own disposition."""
     test_ctrl_c_interrupts_long_work_within_a_second("rust-loop", preexec_fn=_ignore_sigint)
+
+
+# -- minutes of work are refused up front ------------------------------------------------------
+
+def test_subset_selection_simulate_refuses_hours_of_work_before_starting():
+    import numpy as np
+
+    import ldpdist
+
+    mech = ldpdist.SubsetSelection(2**24, 1.0)
+    counts = np.full(2**24, 2**16, np.uint64)    # 2^40 users: once ran for minutes
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="max_seconds=None"):
+        mech.simulate(counts, seed=1)
+    assert time.perf_counter() - start < 5
+    assert mech.simulate_seconds(counts) > 3600
+    small = ldpdist.SubsetSelection(64, 1.0)
+    few = np.full(64, 10, np.uint64)
+    assert small.simulate(few, seed=1, max_seconds=None).n == 640
+    with pytest.raises(ValueError, match="max_seconds"):
+        small.simulate(few, seed=1, max_seconds=0.0)
+
+
+def test_the_linear_sensitivity_of_a_large_sphere_is_refused_up_front():
+    import numpy as np
+
+    from ldpdist.linear import GaussianLinearQueries
+
+    g = np.random.default_rng(0).standard_normal((8, 2**18))
+    sphere = g / np.linalg.norm(g, axis=0)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="max_sensitivity_work=None"):
+        GaussianLinearQueries(sphere, 1.0, 1e-6)
+    assert time.perf_counter() - start < 10

@@ -6,7 +6,7 @@ Exact checks (unbiasedness and the privacy ratio from the exact probabilities th
 uses; the round assignment and the replies recomputed from the specification alone),
 statistical checks with fixed seeds (reply frequencies, assignment uniformity, an adaptive
 bisection for a median against Theorem 5.2's bound), thread-count determinism, the order
-rules of the interactive protocol and every bad input of the issue.
+rules of the interactive protocol, and bad parameters, queries, replies and user indices.
 """
 
 from __future__ import annotations

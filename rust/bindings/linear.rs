@@ -6,16 +6,87 @@ use numpy::{PyArray1, PyArray2, PyArrayMethods, PyReadonlyArray1, PyReadonlyArra
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-/// `(Δ2, (v, v'))`: the exact diameter of the columns (J × d, one column per row).
+/// `(Δ2, (v, v'))`: the exact diameter of the columns (J × d, one column per row), by the
+/// certified search (`linear::sensitivity`), without a limit on its work.
 #[pyfunction]
 fn linear_sensitivity(
     py: Python<'_>,
     columns: PyReadonlyArray2<'_, f64>,
 ) -> PyResult<(f64, (usize, usize))> {
     let (columns, j, d) = c_order(&columns, "the columns")?;
-    let units = (j as u64).saturating_mul(j as u64).saturating_mul(d as u64) / 2;
+    let units = (j as u64).saturating_mul(d as u64).saturating_mul(64);
     let diameter = run_long(py, units, || sensitivity::diameter(columns, j, d))?;
     Ok((diameter.value, diameter.pair))
+}
+
+/// `(Δ2, (v, v'))` by the O(J² d) scan of every pair (the reference the search reproduces;
+/// for tests and benchmarks).
+#[pyfunction]
+fn linear_sensitivity_scan(
+    py: Python<'_>,
+    columns: PyReadonlyArray2<'_, f64>,
+) -> PyResult<(f64, (usize, usize))> {
+    let (columns, j, d) = c_order(&columns, "the columns")?;
+    let units = (j as u64).saturating_mul(j as u64).saturating_mul(d as u64) / 2;
+    let diameter = run_long(py, units, || sensitivity::scan(columns, j, d))?;
+    Ok((diameter.value, diameter.pair))
+}
+
+/// A prepared diameter search (`linear::sensitivity::Search`), run in parts from Python so
+/// that it can show progress and be refused on its estimate before it starts.
+#[pyclass(module = "ldpdist._core", name = "LinearDiameterSearch", frozen)]
+struct PyDiameterSearch {
+    inner: sensitivity::Search,
+}
+
+#[pymethods]
+impl PyDiameterSearch {
+    /// Prepare the search of the columns (J × d): O(J log J · d).
+    #[new]
+    fn new(py: Python<'_>, columns: PyReadonlyArray2<'_, f64>) -> PyResult<Self> {
+        let (columns, j, d) = c_order(&columns, "the columns")?;
+        let units = (j as u64).saturating_mul(d as u64).saturating_mul(64);
+        let inner = run_long(py, units, || sensitivity::Search::new(columns, j, d))?;
+        Ok(Self { inner })
+    }
+
+    /// Query points: `run(start, stop)` covers `0..len`.
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Distance evaluations the whole search will make (module documentation of
+    /// `linear::sensitivity`); with `limit`, at least `limit` once it is known to exceed it.
+    #[pyo3(signature = (limit=None))]
+    fn estimate(&self, py: Python<'_>, limit: Option<u64>) -> PyResult<u64> {
+        let units = (self.inner.len() as u64).saturating_mul(64);
+        run_long(py, units, || self.inner.estimate(limit))
+    }
+
+    /// Search from the query points `start..stop`; `max_work` stops the search with a
+    /// `ValueError` once its total work passes it.
+    #[pyo3(signature = (start, stop, max_work=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        start: usize,
+        stop: usize,
+        max_work: Option<u64>,
+    ) -> PyResult<()> {
+        run_long(py, u64::MAX, || self.inner.run(start, stop, max_work))
+    }
+
+    /// Distance evaluations made so far.
+    #[getter]
+    fn work(&self) -> u64 {
+        self.inner.work()
+    }
+
+    /// `(Δ2, (v, v'))` once every query point has been searched.
+    fn result(&self) -> PyResult<(f64, (usize, usize))> {
+        let diameter = self.inner.result().map_err(to_py)?;
+        Ok((diameter.value, diameter.pair))
+    }
 }
 
 /// An n × d float64 array filled by `fill` without the GIL (memory guard first).
@@ -134,6 +205,8 @@ fn linear_mean<'py>(
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LINEAR_REPORT_CHUNK", gaussian::REPORT_CHUNK)?;
     m.add_function(wrap_pyfunction!(linear_sensitivity, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_sensitivity_scan, m)?)?;
+    m.add_class::<PyDiameterSearch>()?;
     m.add_function(wrap_pyfunction!(linear_gaussian_privatize, m)?)?;
     m.add_function(wrap_pyfunction!(linear_rejection_privatize, m)?)?;
     m.add_function(wrap_pyfunction!(linear_mean, m)?)?;

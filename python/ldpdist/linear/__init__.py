@@ -45,7 +45,7 @@ from . import calibration
 from .adaptive import AdaptiveLinearQueries, Round, adaptive_error_bound
 from .distribution import (DistributionComparison, compare_distribution_estimation,
                            distribution_estimates, distribution_sigma)
-from ._queries import QueryMatrix, l2_sensitivity
+from ._queries import SENSITIVITY_WORK_LIMIT, QueryMatrix, l2_sensitivity
 from .gaussian import GaussianLinearQueries
 from .rejection import (MAX_EPSILON, RejectionSamplingLinearQueries, accepted_mean_factor,
                         acceptance_probability, good_set_tail, rejection_sigma)
@@ -62,6 +62,7 @@ __all__ = [
     "RejectionSamplingLinearQueries",
     "QueryMatrix",
     "l2_sensitivity",
+    "SENSITIVITY_WORK_LIMIT",
     "calibration",
     "good_set_tail",
     "rejection_sigma",

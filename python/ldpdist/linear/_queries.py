@@ -4,18 +4,21 @@ protocols of :mod:`ldpdist.linear`)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from .. import _core, memory
-from .._validation import as_array, one_of, real, shown
+from .._validation import as_array, integer, one_of, real, shown
 from ..mechanisms.base import values_array
 from ..reports import Reports, check_reports
-from ..specs import fingerprint as spec_fingerprint
+from ..specs import checked_fields, fingerprint as spec_fingerprint
 
-__all__ = ["QueryMatrix", "QueryProtocol", "l2_sensitivity", "PROJECTIONS"]
+__all__ = ["QueryMatrix", "QueryProtocol", "l2_sensitivity", "PROJECTIONS",
+           "SENSITIVITY_WORK_LIMIT"]
 
 #: Server-side projections of a mean: none, onto conv{±a_v} (the paper's A·B_1^J), onto
 #: conv{a_v} (tighter: A·p lies in it for every distribution p).
@@ -24,6 +27,69 @@ PROJECTIONS = ("none", "symmetric", "convex")
 #: Relative slack on ``‖a_v‖ ≤ r``: a bound computed in floating point (e.g. ``r = 1`` for
 #: unit columns normalised with ``/ np.linalg.norm``) may sit a few ulps below the norms.
 NORM_SLACK = 1e-12
+
+#: The default limit of the exact sensitivity search, in distance evaluations (a pair of
+#: columns, or a column against a node of the search tree): about a minute of both cores of
+#: a small machine. A search estimated above it is refused before it starts, naming the
+#: estimate; pass ``max_sensitivity_work=None`` (or a larger number) to run it anyway.
+SENSITIVITY_WORK_LIMIT = 4 * 10**9
+
+#: Distance evaluations per second per core assumed by the time in the refusal message (a
+#: rough figure, for the order of magnitude only).
+_EVALUATIONS_PER_SECOND = 5 * 10**7
+
+
+def _sensitivity(columns: np.ndarray, limit: Optional[int]) -> Tuple[float, Tuple[int, int]]:
+    """(Δ2, pair) of the J × d ``columns`` by the certified search of the Rust core: refused
+    before it starts when its estimate exceeds ``limit`` distance evaluations, shown with a
+    progress bar (stderr is a terminal) when it runs for more than a few seconds, stopped by
+    Ctrl-C, and stopped with a ``ValueError`` if it passes 4 × ``limit`` after all."""
+    search = _core.LinearDiameterSearch(columns)
+    n = len(search)
+    if n == 0:
+        value, pair = search.result()
+        return float(value), (int(pair[0]), int(pair[1]))
+    estimate = search.estimate(limit)
+    j, d = columns.shape
+    if limit is not None and estimate > limit:
+        threads = max(1, os.cpu_count() or 1)
+        seconds = estimate * max(d, 2) / 2 / (_EVALUATIONS_PER_SECOND * threads)
+        raise ValueError(
+            f"the exact L2 sensitivity of this {d} × {j} query matrix needs about "
+            f"{estimate:.2g} distance evaluations (over {limit:.2g}, the limit; roughly "
+            f"{_duration(seconds)} on {threads} core(s)): its columns lie close to a sphere, "
+            "where the search can rule out few pairs. Pass max_sensitivity_work=None (or a "
+            "larger number) to compute it anyway: it shows progress and stops on Ctrl-C")
+    max_work = None if limit is None else 4 * limit
+    seconds = estimate * max(d, 2) / 2 / (_EVALUATIONS_PER_SECOND * max(1, os.cpu_count() or 1))
+    if seconds < 2.0:
+        search.run(0, n, max_work)
+    else:
+        bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=n, desc="exact L2 sensitivity", unit=" columns", file=sys.stderr,
+                       leave=False)
+        step = max(1, -(-n // 200))
+        try:
+            for start in range(0, n, step):
+                search.run(start, min(n, start + step), max_work)
+                if bar is not None:
+                    bar.update(min(n, start + step) - start)
+        finally:
+            if bar is not None:
+                bar.close()
+    value, pair = search.result()
+    return float(value), (int(pair[0]), int(pair[1]))
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.0f} hours"
 
 
 @dataclass(frozen=True)
@@ -42,17 +108,39 @@ class QueryMatrix:
     max_norm : float
         ``max_v ‖a_v‖``.
     sensitivity : float
-        ``Δ2 = max_{v, v'} ‖a_v − a_v'‖`` (exact, see :func:`l2_sensitivity`).
+        ``Δ2 = max_{v, v'} ‖a_v − a_v'‖`` (exact, see :func:`l2_sensitivity`), computed when
+        first asked for.
     sensitivity_pair : (int, int)
-        A pair of columns at distance Δ2.
+        The lexicographically first pair of columns at distance Δ2.
     """
 
     matrix: np.ndarray
     columns: np.ndarray
     r: float
     max_norm: float
-    sensitivity: float
-    sensitivity_pair: Tuple[int, int]
+    max_sensitivity_work: Optional[int] = SENSITIVITY_WORK_LIMIT
+
+    def _diameter(self) -> Tuple[float, Tuple[int, int]]:
+        cached = self.__dict__.get("_diameter_cache")
+        if cached is None:
+            cached = _sensitivity(self.columns, self.max_sensitivity_work)
+            self.__dict__["_diameter_cache"] = cached
+        return cached
+
+    @property
+    def sensitivity(self) -> float:
+        """Δ2 (computed on first use; see :func:`l2_sensitivity`)."""
+        return self._diameter()[0]
+
+    @property
+    def sensitivity_pair(self) -> Tuple[int, int]:
+        """The lexicographically first pair of columns at distance Δ2."""
+        return self._diameter()[1]
+
+    @property
+    def all_equal(self) -> bool:
+        """Whether every column equals the first (Δ2 = 0), without the search."""
+        return not bool((self.matrix != self.matrix[:, :1]).any())
 
     @property
     def d(self) -> int:
@@ -77,10 +165,17 @@ class QueryMatrix:
         return digest.hexdigest()
 
     @classmethod
-    def of(cls, queries: Any, r: Optional[float] = None) -> "QueryMatrix":
+    def of(cls, queries: Any, r: Optional[float] = None, *,
+           max_sensitivity_work: Optional[int] = SENSITIVITY_WORK_LIMIT) -> "QueryMatrix":
         """Validate ``queries`` (d × J, finite float64; d ≥ 1, J ≥ 1) and the bound ``r``
         (every column norm must be ≤ r·(1 + 1e-12)); ``TypeError``/``ValueError`` naming the
-        first offending entry or column."""
+        first offending entry or column. Columns whose squared norms overflow double
+        precision (entries beyond about 1.3e154) are refused: rescale them.
+        ``max_sensitivity_work`` limits the search of :attr:`sensitivity` (distance
+        evaluations; None: no limit)."""
+        if max_sensitivity_work is not None:
+            max_sensitivity_work = integer(max_sensitivity_work, "max_sensitivity_work",
+                                           minimum=1)
         array = as_array(queries, "queries")
         if isinstance(queries, np.ndarray) and array.dtype != np.float64:
             if array.dtype.kind not in "iu":
@@ -106,7 +201,14 @@ class QueryMatrix:
             k, v = (int(i) for i in np.argwhere(bad)[0])
             raise ValueError(f"queries must be finite: queries[{k}, {v}] (query {k}, column "
                              f"{v}) is {matrix[k, v]}")
-        norms = np.sqrt(np.einsum("kv,kv->v", matrix, matrix))
+        with np.errstate(over="ignore"):
+            norms = np.sqrt(np.einsum("kv,kv->v", matrix, matrix))
+        if not np.isfinite(norms).all():
+            v = int(np.argmax(~np.isfinite(norms)))
+            raise ValueError(f"column {v} of queries is too large for double precision (its "
+                             "squared norm overflows; the largest entry is "
+                             f"{float(np.abs(matrix[:, v]).max())!r}): rescale the queries, for "
+                             "example divide them by a power of 2")
         max_norm = float(norms.max())
         if r is None:
             bound = max_norm
@@ -120,10 +222,9 @@ class QueryMatrix:
                 raise ValueError(f"column {v} of queries has norm {float(norms[v])!r} > r = {bound!r}; "
                                  "every column norm must be ≤ r")
         columns = np.ascontiguousarray(matrix.T)
-        value, pair = _core.linear_sensitivity(columns)
         matrix.setflags(write=False)
         columns.setflags(write=False)
-        return cls(matrix, columns, bound, max_norm, float(value), (int(pair[0]), int(pair[1])))
+        return cls(matrix, columns, bound, max_norm, max_sensitivity_work)
 
     def values(self, values: Any) -> np.ndarray:
         """User values as a uint32 array, checked to lie in [0, J) (naming the first that
@@ -165,16 +266,24 @@ class QueryMatrix:
         return array
 
 
-def l2_sensitivity(queries: Any) -> float:
+def l2_sensitivity(queries: Any, *,
+                   max_sensitivity_work: Optional[int] = SENSITIVITY_WORK_LIMIT) -> float:
     """The exact L2 sensitivity ``Δ2 = max_{v, v'} ‖a_v − a_v'‖`` of a query matrix
     (d × J): the diameter of its columns, between 0 (all columns equal) and ``2·max‖a_v‖``
     (antipodal columns).
 
     Computed in Rust from coordinate differences (never the cancelling
-    ``‖a‖² + ‖b‖² − 2⟨a, b⟩``), within a relative ``(d/2 + 2)·2⁻⁵³`` of the exact value, in
-    O(J² d) time on every core (interruptible with Ctrl-C), the same on any number of threads.
+    ``‖a‖² + ‖b‖² − 2⟨a, b⟩``), within a relative ``(d/2 + 2)·2⁻⁵³`` of the exact value: the
+    same bits as the scan of every pair, but by a search that skips, on certified bounds, the
+    pairs that cannot reach the maximum (merged duplicate columns, angular windows for d = 2,
+    a ball tree otherwise). Gaussian-like columns take about O(J log J); columns on a sphere
+    in d ≥ 3 are the hard case. The search estimates its work first and refuses (``ValueError``
+    naming the estimate) when it exceeds ``max_sensitivity_work`` distance evaluations
+    (default ``SENSITIVITY_WORK_LIMIT``, about a minute; None: no limit); a long search
+    shows a progress bar on a terminal and stops on Ctrl-C. The same result on any number of
+    threads.
     """
-    return QueryMatrix.of(queries).sensitivity
+    return QueryMatrix.of(queries, max_sensitivity_work=max_sensitivity_work).sensitivity
 
 
 class QueryProtocol:
@@ -280,13 +389,25 @@ class QueryProtocol:
         return self._sigma
 
     @classmethod
-    def _rebuilt(cls, spec: Dict[str, Any], build: Callable[[np.ndarray], Any]) -> Any:
+    def _rebuilt(cls, spec: Dict[str, Any], build: Callable[[np.ndarray], Any],
+                 fields: Tuple[str, ...], optional: Tuple[str, ...] = ()) -> Any:
         """``build(queries)`` from a ``to_dict`` spec, refused (``ValueError``) when the spec
-        is another protocol's, or its fingerprint or σ disagree with the rebuilt protocol."""
+        lacks one of ``fields`` or holds another field than ``fields`` and ``optional``
+        (naming it), is another protocol's, or its fingerprint or σ disagree with the
+        rebuilt protocol."""
         name = cls.__name__
-        if spec.get("protocol") != name:
-            raise ValueError(f"not a {name} spec: protocol = {spec.get('protocol')!r}")
-        made = build(np.asarray(spec["queries"], dtype=np.float64))
+        checked_fields(spec, f"the spec of {name}", ("protocol",) + fields, optional)
+        if spec["protocol"] != name:
+            raise ValueError(f"not a {name} spec: protocol = {shown(spec['protocol'])}")
+        try:
+            queries = np.asarray(spec["queries"], dtype=np.float64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"the spec's field 'queries' is not a matrix of numbers: "
+                             f"{' '.join(str(exc).split())[:200]}") from None
+        try:
+            made = build(queries)
+        except TypeError as exc:  # a field of the wrong type: the spec is invalid
+            raise ValueError(f"invalid parameters for {name}: {exc}") from None
         if made._queries.fingerprint() != spec.get("queries_sha256"):
             raise ValueError("the spec's query matrix does not match its fingerprint")
         if made.sigma != spec.get("sigma"):

@@ -31,6 +31,7 @@ from .._validation import (
     shown,
 )
 from ..mechanisms.base import check_epsilon, values_array
+from ..specs import checked_fields
 
 __all__ = ["AdaptiveLinearQueries", "Round", "adaptive_error_bound"]
 
@@ -376,18 +377,18 @@ class AdaptiveLinearQueries:
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> "AdaptiveLinearQueries":
-        """A fresh session from :meth:`to_dict`'s output (unknown or missing keys refused)."""
-        if not isinstance(spec, Mapping):
-            raise TypeError(f"spec must be a dict, got {shown(spec)}")
-        keys = {"protocol", "n_users", "rounds", "epsilon", "r", "seed", "domain_size"}
-        if set(spec) != keys:
-            raise ValueError(f"spec must have exactly the keys {sorted(keys)}, got "
-                             f"{sorted(map(str, spec))}")
+        """A fresh session from :meth:`to_dict`'s output: ``ValueError`` naming a missing,
+        unknown or invalid field (``TypeError`` when ``spec`` is not a dict)."""
+        checked_fields(spec, "the spec of AdaptiveLinearQueries",
+                       ("protocol", "n_users", "rounds", "epsilon", "r", "seed", "domain_size"))
         if spec["protocol"] != "AdaptiveLinearQueries":
             raise ValueError(f"spec is not an AdaptiveLinearQueries spec: protocol = "
                              f"{shown(spec['protocol'])}")
-        return cls(spec["n_users"], spec["rounds"], spec["epsilon"], spec["r"], spec["seed"],
-                   domain_size=spec["domain_size"])
+        try:
+            return cls(spec["n_users"], spec["rounds"], spec["epsilon"], spec["r"],
+                       spec["seed"], domain_size=spec["domain_size"])
+        except TypeError as exc:  # a field of the wrong type: the spec is invalid
+            raise ValueError(f"invalid parameters for AdaptiveLinearQueries: {exc}") from None
 
     def __repr__(self) -> str:
         return (f"AdaptiveLinearQueries(n_users={self._n_users}, rounds={self._rounds}, "

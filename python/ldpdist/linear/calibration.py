@@ -26,9 +26,14 @@ from __future__ import annotations
 
 import math
 
+from .. import _core
 from .._validation import real
 
 __all__ = [
+    "MIN_EPSILON",
+    "MAX_EPSILON",
+    "check_epsilon",
+    "check_sigma",
     "gaussian_delta",
     "analytic_sigma",
     "classic_sigma",
@@ -37,6 +42,42 @@ __all__ = [
 ]
 
 _SQRT2 = math.sqrt(2.0)
+
+#: The largest ε the linear protocols accept: the distribution mechanisms' limit
+#: (``e^ε`` must stay finite in double precision). The rejection-sampling protocol stops at
+#: its own, smaller, maximum.
+MAX_EPSILON = float(_core.MAX_EPSILON)
+
+#: The smallest ε the linear protocols accept. The distribution mechanisms cannot represent
+#: an ε much below 10⁻¹¹ (their realized-ε rule refuses it: the channel's probabilities round
+#: to equal values); the linear protocols share their floor, with a margin. At ε = 10⁻¹⁰ the
+#: noise is already about 10¹⁰ times the sensitivity.
+MIN_EPSILON = 1e-10
+
+
+def check_epsilon(epsilon: float, maximum: float = MAX_EPSILON) -> float:
+    """ε as a float, checked to lie in [``MIN_EPSILON``, ``maximum``] (``ValueError``
+    naming the range otherwise)."""
+    epsilon = real(epsilon, "epsilon")
+    if epsilon <= 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    if epsilon < MIN_EPSILON:
+        raise ValueError(f"epsilon = {epsilon!r} is too small: the smallest accepted is "
+                         f"{MIN_EPSILON!r} (the noise would be more than 10^10 times the "
+                         "sensitivity, and the distribution mechanisms cannot represent it)")
+    if epsilon > maximum:
+        raise ValueError(f"epsilon = {epsilon!r} is too large: the largest accepted is "
+                         f"{maximum!r}")
+    return epsilon
+
+
+def check_sigma(sigma: float, what: str) -> float:
+    """``sigma`` when it is finite, else ``ValueError``: the noise scale overflows double
+    precision (``what`` says from what)."""
+    if not math.isfinite(sigma):
+        raise ValueError(f"the noise scale sigma = {sigma!r} overflows double precision ({what}): "
+                         "rescale the queries (and r) so that the sensitivity is moderate")
+    return sigma
 
 
 def normal_cdf(x: float) -> float:
@@ -50,10 +91,9 @@ def normal_pdf(x: float) -> float:
 
 
 def check_epsilon_delta(epsilon: float, delta: float) -> tuple:
-    """``(epsilon, delta)`` as floats after checking ε > 0 finite and 0 < δ < 1."""
-    epsilon = real(epsilon, "epsilon")
-    if epsilon <= 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+    """``(epsilon, delta)`` as floats after checking ε in [``MIN_EPSILON``,
+    ``MAX_EPSILON``] (:func:`check_epsilon`) and 0 < δ < 1."""
+    epsilon = check_epsilon(epsilon)
     delta = real(delta, "delta")
     if not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")

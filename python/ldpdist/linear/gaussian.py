@@ -15,7 +15,7 @@ from .. import _core, memory
 from .._validation import integer, one_of, seed_key
 from . import calibration as _cal
 from ..reports import Reports
-from ._queries import QueryMatrix, QueryProtocol
+from ._queries import SENSITIVITY_WORK_LIMIT, QueryMatrix, QueryProtocol
 
 __all__ = ["GaussianLinearQueries"]
 
@@ -39,7 +39,8 @@ class GaussianLinearQueries(QueryProtocol):
         The query matrix A: column ``a_v`` holds the d answers for a user with value v.
         Finite reals; d ≥ 1, J ≥ 1.
     epsilon : float
-        ε > 0 (natural log).
+        ε in [1e-10, 700] (natural log; ``calibration.MIN_EPSILON`` and
+        ``calibration.MAX_EPSILON``; the distribution mechanisms' range).
     delta : float
         0 < δ < 1.
     calibration : {"analytic", "classic"}, default "analytic"
@@ -56,6 +57,11 @@ class GaussianLinearQueries(QueryProtocol):
         sensitivity r where it can be 2r. Emits a ``UserWarning``; :attr:`realized_delta`
         then shows the δ actually achieved at ε (larger than ``delta`` whenever Δ2 is large
         enough relative to r).
+    max_sensitivity_work : int or None, default ``ldpdist.linear.SENSITIVITY_WORK_LIMIT``
+        The limit of the exact sensitivity search, in distance evaluations (see
+        :func:`ldpdist.linear.l2_sensitivity`): a matrix whose search is estimated above it
+        (many columns close to a sphere in d ≥ 3) is refused before the search starts, with
+        the estimate. None: no limit (a long search shows progress and stops on Ctrl-C).
 
     Notes
     -----
@@ -67,9 +73,10 @@ class GaussianLinearQueries(QueryProtocol):
 
     def __init__(self, queries: Any, epsilon: float, delta: float, *,
                  calibration: str = "analytic", r: Optional[float] = None,
-                 paper_faithful: bool = False):
-        self._queries = QueryMatrix.of(queries, r)
+                 paper_faithful: bool = False,
+                 max_sensitivity_work: Optional[int] = SENSITIVITY_WORK_LIMIT):
         self._epsilon, self._delta = _cal.check_epsilon_delta(epsilon, delta)
+        self._queries = QueryMatrix.of(queries, r, max_sensitivity_work=max_sensitivity_work)
         self._calibration = one_of(calibration, CALIBRATIONS, "calibration")
         if not isinstance(paper_faithful, (bool, np.bool_)):
             raise TypeError(f"paper_faithful must be a bool, got {paper_faithful!r}")
@@ -82,6 +89,8 @@ class GaussianLinearQueries(QueryProtocol):
             self._sigma = _cal.classic_sigma(self._epsilon, self._delta, sens)
         else:
             self._sigma = _cal.analytic_sigma(self._epsilon, self._delta, sens)
+        _cal.check_sigma(self._sigma, f"epsilon = {self._epsilon!r}, delta = {self._delta!r}, "
+                                      f"sensitivity = {sens!r}, r = {self._queries.r!r}")
 
     # -- description ------------------------------------------------------------------------
     @property
@@ -199,10 +208,17 @@ class GaussianLinearQueries(QueryProtocol):
         }
 
     @classmethod
-    def from_dict(cls, spec: Dict[str, Any]) -> "GaussianLinearQueries":
+    def from_dict(cls, spec: Dict[str, Any], *,
+                  max_sensitivity_work: Optional[int] = SENSITIVITY_WORK_LIMIT
+                  ) -> "GaussianLinearQueries":
         """Rebuild from :meth:`to_dict`; the fingerprint and σ are checked against the
-        rebuilt protocol (``ValueError`` on a mismatch)."""
+        rebuilt protocol (``ValueError`` on a mismatch). The sensitivity is computed again
+        (a spec's σ is never trusted): ``max_sensitivity_work`` as in the constructor, for a
+        query matrix whose exact sensitivity needed the opt-in."""
         return cls._rebuilt(spec, lambda queries: cls(
             queries, spec["epsilon"], spec["delta"], calibration=spec["calibration"],
-            r=spec["r"], paper_faithful=spec["paper_faithful"]))
+            r=spec["r"], paper_faithful=spec["paper_faithful"],
+            max_sensitivity_work=max_sensitivity_work),
+            fields=("queries", "queries_sha256", "epsilon", "delta", "calibration", "r",
+                    "paper_faithful", "sigma"))
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from .. import _core, memory
 from .._validation import integer, real, seed_key
+from .calibration import MIN_EPSILON, check_sigma
 from .calibration import normal_cdf as _Phi
 from .calibration import normal_pdf as _phi
 from ..reports import Reports
@@ -139,6 +140,44 @@ def rejection_sigma(band: float, r: float, n_users: int) -> float:
             break
         lo, hi = (mid, hi) if good_set_tail(mid, band) <= target else (lo, mid)
     return r / lo
+
+
+# Elementwise forms of the closed forms above, for one value per distinct column norm: the
+# same operations in the same order, with the scalar ``math`` functions applied to each
+# element, so that each element has the bits of the scalar function (the calibrated band,
+# found by bisection on these numbers, must not depend on which form computed them).
+_erfc_each = np.frompyfunc(math.erfc, 1, 1)
+_exp_each = np.frompyfunc(math.exp, 1, 1)
+_SQRT2 = math.sqrt(2.0)
+
+
+def _Phi_each(x: np.ndarray) -> np.ndarray:
+    return 0.5 * _erfc_each(-x / _SQRT2).astype(np.float64)
+
+
+def _excess_each(u: np.ndarray, band: float) -> np.ndarray:
+    """:func:`_excess` of each element of ``u`` (0 where u = 0)."""
+    safe = np.where(u == 0, 1.0, u)
+    z_lo, z_hi = safe / 2 - band / safe, safe / 2 + band / safe
+    out = ((math.exp(-band) * _Phi_each(z_lo) - _Phi_each(z_lo - safe))
+           + (math.exp(band) * _Phi_each(-z_hi) - _Phi_each(-(z_hi - safe))))
+    return np.where(u == 0, 0.0, out)
+
+
+def _acceptance_each(u: np.ndarray, band: float, scale: float,
+                     paper_faithful: bool) -> np.ndarray:
+    """:func:`acceptance_probability` of each element of ``u``."""
+    if paper_faithful:
+        safe = np.where(u == 0, 1.0, u)
+        z_lo, z_hi = safe / 2 - band / safe, safe / 2 + band / safe
+        out = scale * (_Phi_each(z_hi - safe) - _Phi_each(z_lo - safe))
+        return np.where(u == 0, scale, out)
+    return scale * (1.0 + _excess_each(u, band))
+
+
+def _rejection_each(u: np.ndarray, band: float, log_scale: float) -> np.ndarray:
+    """:func:`_rejection_probability` of each element of ``u``."""
+    return -math.expm1(log_scale) - math.exp(log_scale) * _excess_each(u, band)
 
 
 def _bounds(u: float, band: float):
@@ -388,7 +427,12 @@ class RejectionSamplingLinearQueries(QueryProtocol):
         if not 0 < epsilon <= top:
             reason = ("the paper's privacy argument holds up to there" if self._paper_faithful
                       else "above it a wider clipping band only loses accuracy")
-            raise ValueError(f"epsilon must lie in (0, {top:.6g}], got {epsilon!r} ({reason})")
+            raise ValueError(f"epsilon must lie in [{MIN_EPSILON!r}, {top:.6g}], got "
+                             f"{epsilon!r} ({reason})")
+        if epsilon < MIN_EPSILON:
+            raise ValueError(f"epsilon must lie in [{MIN_EPSILON!r}, {top:.6g}], got "
+                             f"{epsilon!r}: too small (sigma would be more than 10^10 times "
+                             "r, and the distribution mechanisms cannot represent it)")
         self._epsilon = epsilon
         self._n_users = integer(n_users, "n_users", minimum=2)
         if self._queries.r == 0:
@@ -425,6 +469,7 @@ class RejectionSamplingLinearQueries(QueryProtocol):
                                      "for these queries: leave band out to calibrate it")
                 self._band = band
             self._sigma = rejection_sigma(self._band, r, self._n_users)
+        check_sigma(self._sigma, f"epsilon = {epsilon!r}, n_users = {self._n_users}, r = {r!r}")
         self._log_scale = self._log_scale_of(self._band)
         self._acceptance = self._per_norm_acceptance(self._sigma, self._band)[self._inverse]
         self._rejected = self._per_norm_rejection(self._sigma, self._band)
@@ -440,17 +485,14 @@ class RejectionSamplingLinearQueries(QueryProtocol):
 
     def _per_norm_acceptance(self, sigma: float, band: float) -> np.ndarray:
         scale = math.exp(self._log_scale_of(band))
-        return np.array([acceptance_probability(float(s) / sigma, band, scale=scale,
-                                                paper_faithful=self._paper_faithful)
-                         for s in self._norms])
+        return _acceptance_each(self._norms / sigma, band, scale, self._paper_faithful)
 
     def _per_norm_rejection(self, sigma: float, band: float) -> np.ndarray:
         """P(⊥ | v) for each distinct norm, without cancellation (clipped rule)."""
         if self._paper_faithful:
             return 1 - self._per_norm_acceptance(sigma, band)
         log_scale = self._log_scale_of(band)
-        return np.array([_rejection_probability(float(s) / sigma, band, log_scale)
-                         for s in self._norms])
+        return _rejection_each(self._norms / sigma, band, log_scale)
 
     def _output_loss(self, band: float, sigma: float) -> float:
         if self._line is None:
@@ -516,7 +558,7 @@ class RejectionSamplingLinearQueries(QueryProtocol):
         """The exact max over v, v' and outputs of the log probability ratio (class doc):
         the larger of the outputs' loss and the ⊥ ratio's."""
         if self._paper_faithful:
-            return math.inf if self._queries.sensitivity > 0 else 0.0
+            return 0.0 if self._queries.all_equal else math.inf
         rejected = self._rejected
         bottom = math.log(rejected.max()) - math.log(rejected.min())
         return max(self._output_loss(self._band, self._sigma), bottom)
@@ -641,4 +683,6 @@ class RejectionSamplingLinearQueries(QueryProtocol):
             band=None if spec["paper_faithful"] else spec.get("band"),
             # a spec without the key predates the option: its protocol accepted with 1/2
             acceptance=spec.get("acceptance", "half"),
-            paper_faithful=spec["paper_faithful"]))
+            paper_faithful=spec["paper_faithful"]),
+            fields=("queries", "queries_sha256", "epsilon", "n_users", "r", "paper_faithful",
+                    "sigma"), optional=("band", "acceptance"))

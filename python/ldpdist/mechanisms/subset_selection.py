@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
@@ -13,7 +14,20 @@ from ..specs import register
 from .base import BitVectorMechanism, check_epsilon
 
 
-@register
+#: The default ``max_seconds`` of :meth:`SubsetSelection.simulate`: calls estimated to take
+#: minutes are refused unless asked for.
+SIMULATE_SECONDS_LIMIT = 60.0
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.0f} hours"
+
+
+@register("ss")
 class SubsetSelection(BitVectorMechanism):
     """Subset Selection (Ye & Barg 2018; Wang et al. 2016).
 
@@ -98,6 +112,52 @@ class SubsetSelection(BitVectorMechanism):
 
     def _params(self) -> Dict[str, Any]:
         return {"k": self._k, "epsilon": self._epsilon, "d": self.d}
+
+    def simulate(self, true_counts: Any, seed: Optional[int] = None, *,
+                 max_seconds: Optional[float] = SIMULATE_SECONDS_LIMIT) -> Any:
+        """Aggregate of privatizing ``true_counts[x]`` users holding each value x (see
+        :meth:`Mechanism.simulate <ldpdist.mechanisms.base.Mechanism.simulate>`), with the
+        exact joint law of the per-bit counts (class documentation).
+
+        Its cost grows with k, with the spread of the users' subset draws and with the
+        number of users per occupied value: a call estimated (roughly, from those three; see
+        :meth:`simulate_seconds`) above ``max_seconds`` seconds is refused before it starts
+        (``ValueError`` with the estimate). Pass ``max_seconds=None`` to run it anyway (it
+        stops on Ctrl-C), or simulate the users in parts and merge the aggregators.
+        """
+        if max_seconds is not None:
+            max_seconds = real(max_seconds, "max_seconds")
+            estimate = self.simulate_seconds(true_counts)
+            if estimate is not None and estimate > max_seconds:
+                raise ValueError(
+                    f"SubsetSelection(k={self._k}).simulate of these counts would take about "
+                    f"{_duration(estimate)} (a rough estimate for a small two-core machine), "
+                    f"over max_seconds = {max_seconds:g}; pass max_seconds=None to run it "
+                    "anyway (Ctrl-C stops it), or fewer values or users per call")
+        return super().simulate(true_counts, seed)
+
+    def simulate_seconds(self, true_counts: Any) -> Optional[float]:
+        """A rough estimate of the seconds :meth:`simulate` takes on ``true_counts`` on a
+        small two-core machine (within a factor of a few), None when ``true_counts`` is not
+        a valid count vector (``simulate`` then says why). The simulation scans every value
+        with per-state binomial draws over about ``σ = √(d(k − d)/(4k))`` states, one scan
+        per occupied value and a blocked scan of the rest, each draw costing more as the
+        counts grow: ``1e-6 σ·m·log2(n/m + 2) + 2e-8 σ·k·log2(n + 2)`` seconds for n users on
+        m occupied values."""
+        try:
+            counts = np.asarray(true_counts)
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if counts.dtype.kind not in "iu" or counts.shape != (self._k,):
+            return None
+        n = float(counts.sum(dtype=np.float64))
+        occupied = int(np.count_nonzero(counts))
+        if occupied == 0:
+            return 0.0
+        k, d = self._k, self.d
+        sigma = math.sqrt(d * (k - d) / (4 * k)) + 1
+        return (1e-6 * sigma * occupied * math.log2(n / occupied + 2)
+                + 2e-8 * sigma * k * math.log2(n + 2))
 
     def _frequency_oracle(self) -> Tuple[float, float]:
         """A report supports x when x is in the subset: :meth:`probabilities`,
