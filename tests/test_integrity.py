@@ -1,7 +1,7 @@
 """Every artifact knows what it is: the mix-ups that once gave silently wrong estimates are
 refused, through the Python API and through the command line.
 
-Found before (issue 8): reports made under another spec (other ε, seed, k or mechanism) or a
+Once accepted silently: reports made under another spec (other ε, seed, k or mechanism) or a
 file of raw values were accepted whenever their integers fit; the same shard under a copied
 name was counted twice; a state with a sum-preserving edit was accepted; counts
 [2^63, 2^63, 1] with n = 1 were accepted; merges wrapped silently.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pathlib
 import pickle
 import shutil
 import struct
@@ -351,3 +352,117 @@ def test_one_aggregator_shared_by_four_threads_counts_every_batch(cls):
     for reports in batches:
         sequential.add(reports)
     assert shared.n == sequential.n and np.array_equal(shared.counts, sequential.counts)
+
+
+# -- every byte of an artifact is covered by its checksum ----------------------------------------
+
+
+def _flips(data, positions, bits=range(8)):
+    """``data`` with one bit flipped, for each position and bit."""
+    for position in positions:
+        for bit in bits:
+            edited = bytearray(data)
+            edited[position] ^= 1 << bit
+            yield position, bit, bytes(edited)
+
+
+def test_a_flipped_bit_anywhere_in_a_reports_file_is_refused(tmp_path):
+    """Once: the nonce (which makes the batch id) and the padding were covered by no
+    checksum, so a file with a flipped nonce bit read as another, valid batch."""
+    mech = ldpdist.HadamardResponse(8, 1.0)
+    data, _ = ldpdist.reports.encode_reports(mech, mech.privatize([0, 1, 2, 3, 3, 7], seed=1))
+    for position, bit, edited in _flips(data, range(len(data))):
+        with pytest.raises(IntegrityError):
+            ldpdist.reports.decode_reports(edited)
+            pytest.fail(f"a flip of bit {bit} of byte {position} was accepted")
+    # files: the header-only reader (what add_file and the command line use) and read_reports
+    path = tmp_path / "r.ldpr"
+    header_end = 12 + struct.unpack_from("<I", data, 8)[0]
+    for position, bit, edited in _flips(data, range(0, len(data), 7), bits=(0, 5)):
+        path.write_bytes(edited)
+        with pytest.raises(IntegrityError):
+            ldpdist.read_reports(path)
+        if position < header_end + 32:  # the header and its checksum
+            with pytest.raises(IntegrityError):
+                ldpdist.reports.read_reports_layout(path)
+        agg = mech.aggregator()
+        with pytest.raises(IntegrityError):
+            agg.add_file(path)
+        assert agg.n == 0
+
+
+def test_a_nonce_edited_copy_of_a_reports_file_is_not_counted_twice(tmp_path, capsys):
+    """Once: ``aggregate r1.ldpr r1b.ldpr`` (r1b a copy of r1 with one hex digit of its nonce
+    edited) exited 0 with n doubled: the edited nonce made a new batch id."""
+    mech = ldpdist.HadamardResponse(16, 1.0)
+    spec = write_spec(tmp_path / "spec.json", mech)
+    ldpdist.write_reports(tmp_path / "r1.ldpr", mech, mech.privatize(np.arange(16), seed=3))
+    data = (tmp_path / "r1.ldpr").read_bytes()
+    at = data.index(b'"nonce":"') + len(b'"nonce":"')
+    digit = data[at:at + 1]
+    edited = data[:at] + (b"1" if digit != b"1" else b"2") + data[at + 1:]
+    (tmp_path / "r1b.ldpr").write_bytes(edited)
+    refused(capsys, "aggregate", "--spec", spec, tmp_path / "r1.ldpr", tmp_path / "r1b.ldpr",
+            "-o", tmp_path / "all.ldps", match="checksum")
+    assert not (tmp_path / "all.ldps").exists()
+    with pytest.raises(IntegrityError, match="checksum"):
+        ldpdist.read_reports(tmp_path / "r1b.ldpr")
+    assert run_cli(capsys, "aggregate", "--spec", spec, tmp_path / "r1.ldpr",
+                   "-o", tmp_path / "one.ldps")[0] == 0
+    assert ldpdist.Aggregator.from_bytes((tmp_path / "one.ldps").read_bytes()).n == 16
+
+
+def test_a_flipped_bit_anywhere_in_a_state_is_refused():
+    mech = ldpdist.RandomizedResponse(4, 1.0)
+    agg = mech.aggregator().add(mech.privatize([0, 1, 2, 3, 3], seed=1), batch_id="b1",
+                                label="r1.ldpr")
+    data = agg.to_bytes()
+    for position, bit, edited in _flips(data, range(len(data))):
+        with pytest.raises(IntegrityError):
+            ldpdist.Aggregator.from_bytes(edited)
+            pytest.fail(f"a flip of bit {bit} of byte {position} was accepted")
+
+
+def test_state_padding_must_be_zero():
+    """The padding before the counts is covered by the checksum; a resealed state (a buggy
+    writer's) with a padding byte set is refused too."""
+    mech = ldpdist.RandomizedResponse(3, 1.0)
+    good = forge_state(mech, [1, 2, 3], n=6)
+    (length,) = struct.unpack_from("<I", good, 8)
+    if (12 + length) % 8 == 0:
+        good = forge_state(mech, [1, 2, 3], n=6, batches=[("a", "")])
+        (length,) = struct.unpack_from("<I", good, 8)
+    assert (12 + length) % 8, "the example needs padding"
+    body = bytearray(good[:-32])
+    body[12 + length] = 1
+    with pytest.raises(IntegrityError, match="padding"):
+        ldpdist.Aggregator.from_bytes(bytes(body) + hashlib.sha256(body).digest())
+    assert ldpdist.Aggregator.from_bytes(good).n == 6
+
+
+LEGACY_REPORTS = pathlib.Path(__file__).parent / "data" / "reports-v1.ldpr"
+
+
+def test_reports_files_of_the_previous_format_are_still_read(tmp_path):
+    """Version 1 reports files (``LDPDREP1``, written by ldpdist 0.1.0) are read with the
+    checks that format allows (spec fingerprint, payload checksum, zero padding, a nonce of
+    32 hex digits) and the batch id they always had; only version 2 is written."""
+    data = LEGACY_REPORTS.read_bytes()
+    assert data[:8] == b"LDPDREP1"
+    mech = ldpdist.HadamardResponse(8, 1.0)
+    batch = ldpdist.read_reports(LEGACY_REPORTS, expect=mech)
+    (length,) = struct.unpack_from("<I", data, 8)
+    assert batch.batch_id == hashlib.sha256(data[12:12 + length]).hexdigest() == (
+        "b895bd4c236e0ffad670751bfe0798572146e8f4c204e0d892d18b42af851cdc")
+    assert list(np.asarray(batch.reports)) == [15, 0, 0, 15, 13, 11]
+    agg = mech.aggregator().add_file(LEGACY_REPORTS)
+    assert agg.n == 6 and agg.batches == {batch.batch_id}
+    nonce = data.index(b'"nonce":"') + 9
+    for name, edited in {"payload": data[:-1] + bytes([data[-1] ^ 1]),
+                         "padding": data[:12 + length] + b"\1" + data[13 + length:],
+                         "nonce not hex": data[:nonce] + b"g" + data[nonce + 1:]}.items():
+        with pytest.raises(IntegrityError):
+            ldpdist.reports.decode_reports(edited)
+    # what is written is version 2
+    ldpdist.write_reports(tmp_path / "new.ldpr", mech, mech.privatize([1, 2], seed=1))
+    assert (tmp_path / "new.ldpr").read_bytes()[:8] == b"LDPDREP2"

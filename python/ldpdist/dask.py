@@ -56,8 +56,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from ._validation import integer, seed_key
 from .mechanisms.aggregator import Aggregator
-from .reports import Reports, check_reports
-from .specs import canonical_json, from_dict, parse_json
+from .reports import Reports, check_reports, provenance_from_json, provenance_json
+from .specs import from_dict
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "aggregate", "block_seed", "privatize"]
 
@@ -88,18 +88,15 @@ def _keep_tags_across_processes() -> None:
     @dask_serialize.register(Reports)
     def _serialize(x: Reports, context: Any = None) -> Any:
         header, frames = serialize_numpy_ndarray(x.view(np.ndarray), context)
-        header["ldpdist-reports"] = canonical_json(
-            {"fingerprint": x.fingerprint, "mechanism": x.mechanism, "spec": x._spec})
+        header["ldpdist-reports"] = provenance_json(x)
         return header, frames
 
     @dask_deserialize.register(Reports)
     def _deserialize(header: Dict[str, Any], frames: Any) -> Any:
         header = dict(header)
-        tag = parse_json(header.pop("ldpdist-reports", "null"), "a Reports header")
+        tag = provenance_from_json(header.pop("ldpdist-reports", "null"))
         array = deserialize_numpy_ndarray(header, frames)
-        if not isinstance(tag, dict) or tag.get("fingerprint") is None:
-            return array
-        return Reports._tagged(array, tag["fingerprint"], tag["mechanism"], tag["spec"])
+        return array if tag is None else Reports._tagged(array, *tag)
 
     _serialization_registered = True
 

@@ -3,10 +3,13 @@ reports, ``ldpdist aggregate/estimate``).
 
 Report arrays of every dtype, shape, layout and value (valid reports with entries out of
 range, negative, huge, flipped bits and padding bits, broadcast views of more than 2^28
-rows that cost no memory), reports files (``LDPDREP1`` containers) with byte edits and with
-edited headers whose payload hash and fingerprint are recomputed (a forger's file reaches
-every check), raw ``.npy`` report files with edited headers and bytes, read with and without
-``--raw-reports``, and the command line on all of them. See _fuzzing.py for the property.
+rows that cost no memory), reports files (``LDPDREP2`` containers, and the legacy
+``LDPDREP1`` ones) with byte edits (any change to a version 2 file must be refused as
+corruption: its checksums cover every byte) and with edited headers whose payload hash,
+fingerprint and header checksum are recomputed (a forger's file reaches every check), raw
+``.npy`` report files with edited headers and bytes, read with and without
+``--raw-reports``, and the command line on all of them (a changed copy aggregated beside
+its original is never counted). See _fuzzing.py for the property.
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ldpdist
-from ldpdist.reports import REPORTS_MAGIC, decode_reports, encode_reports, read_reports
+from ldpdist.reports import (REPORTS_MAGIC, decode_reports, encode_reports, provenance_from_json,
+                             provenance_json, read_reports)
+
+from ldpdist.errors import IntegrityError
 
 from _fuzzing import (FUZZ, privatize, mutate_header_spec, HUGE_INTS, MECHANISMS, attempt,
                       check_aggregator, check_estimate, cli_attempt, decoder_arguments,
                       edited_array, examples, json_text, lazy_huge_array, mutated_bytes,
-                      mutated_json_text, nasty_scalar, small_mechanism, try_estimate, u32,
-                      write_spec)
+                      mutated_json_text, nasty_scalar, sha256, small_mechanism, try_estimate,
+                      u32, write_spec)
+
+LEGACY_MAGIC = b"LDPDREP1"
 
 ON_INVALID = st.sampled_from(["raise", "raise", "drop", "drop", "Drop", None, 1])
 
@@ -145,15 +153,28 @@ def test_add_arguments(name, data):
 
 
 def split_reports(blob):
-    """(header dict, payload bytes) of an intact reports file."""
+    """(header dict, payload bytes) of an intact reports file (version 2 or 1)."""
     (length,) = struct.unpack_from("<I", blob, 8)
-    offset = 12 + length
-    return json.loads(blob[12:offset]), blob[offset + (-offset % 64):]
+    end = 12 + length + (32 if blob[:8] == REPORTS_MAGIC else 0)
+    return json.loads(blob[12:12 + length]), blob[end + (-end % 64):]
 
 
-def pack_reports(header_bytes, payload, length=None, magic=REPORTS_MAGIC):
+def pack_reports(header_bytes, payload, length=None, magic=REPORTS_MAGIC, seal=True):
+    """A reports file in the documented layout: version 2 (``magic`` = ``LDPDREP2``) with a
+    header checksum (a valid one with ``seal``, what a forger computes, else zeros), or the
+    legacy version 1 (``LDPDREP1``) without one."""
     prefix = magic + u32(len(header_bytes) if length is None else length) + header_bytes
+    if magic == REPORTS_MAGIC:
+        prefix += sha256(prefix) if seal else bytes(32)
     return prefix + b"\0" * (-len(prefix) % 64) + payload
+
+
+def legacy_file(blob):
+    """The version 1 file (ldpdist 0.1.0's layout) of the same batch as the version 2
+    file ``blob``."""
+    header, payload = split_reports(blob)
+    header["version"] = 1
+    return pack_reports(json_text(header).encode(), payload, magic=LEGACY_MAGIC)
 
 
 def batch_well_formed(batch, mech, data):
@@ -186,15 +207,25 @@ def read_both_ways(blob, mech, data):
             assert np.array_equal(np.asarray(from_file.reports), batch.reports)
             used = expect if expect is not None else ldpdist.from_dict(batch.spec)
             batch_well_formed(from_file, used, data)
+    return ok, batch
 
 
 @pytest.mark.parametrize("name", MECHANISMS)
 @FUZZ
 @given(data=st.data())
 def test_mutated_reports_file_bytes(name, data):
+    """Byte edits: any change to a version 2 file is refused as corruption (every byte is
+    covered by a checksum); a legacy version 1 file is refused or read as documented."""
     mech = data.draw(small_mechanism(name), label="mechanism")
     blob, _batch = encode_reports(mech, valid_reports(data, mech))
-    read_both_ways(data.draw(mutated_bytes(blob), label="mutated"), mech, data)
+    legacy = data.draw(st.integers(0, 3), label="legacy") == 0
+    if legacy:
+        blob = legacy_file(blob)
+    mutated = data.draw(mutated_bytes(blob), label="mutated")
+    ok, refused = read_both_ways(mutated, mech, data)
+    if not legacy and mutated != blob:
+        assert not ok and isinstance(refused, IntegrityError), (
+            f"a changed reports file was not refused as corrupt: {refused!r}")
 
 
 def reports_header_edit(data, header):
@@ -247,16 +278,55 @@ def test_edited_reports_headers(name, data):
     if data.draw(st.integers(0, 4), label="text edit") == 0:
         text = data.draw(mutated_json_text(text), label="text")
     header_bytes = text.encode("utf-8", "surrogatepass")
-    length = data.draw(st.one_of(st.none(), st.sampled_from([0, 2**20 + 1, 2**32 - 1]),
+    length = data.draw(st.one_of(st.none(), st.none(), st.sampled_from([0, 2**20 + 1, 2**32 - 1]),
                                  st.integers(0, len(header_bytes) + 70)), label="length")
-    read_both_ways(pack_reports(header_bytes, payload, length), mech, data)
+    layout = data.draw(st.sampled_from(["sealed", "sealed", "sealed", "unsealed", "legacy"]),
+                       label="layout")
+    magic = LEGACY_MAGIC if layout == "legacy" else REPORTS_MAGIC
+    if layout == "legacy" and isinstance(header, dict) and header.get("version") == 2:
+        header_bytes = header_bytes.replace(b'"version":2', b'"version":1')
+    read_both_ways(pack_reports(header_bytes, payload, length, magic, layout == "sealed"),
+                   mech, data)
 
 
 @FUZZ
 @given(value=nasty_scalar())
 def test_decode_reports_of_other_types(value):
     attempt(decode_reports, value)
-    attempt(decode_reports, b"LDPDREP1", expect=value)
+    attempt(decode_reports, b"LDPDREP2", expect=value)
+
+
+@examples(0.6)
+@given(data=st.data())
+def test_reports_provenance_text(data):
+    """The provenance that travels beside a Reports array between processes (the header
+    :mod:`ldpdist.dask` adds), edited: read back exactly, or refused; what is read back is
+    counted only by an aggregator of that fingerprint."""
+    name = data.draw(st.sampled_from(MECHANISMS), label="mechanism name")
+    mech = data.draw(small_mechanism(name), label="mechanism")
+    reports = valid_reports(data, mech)
+    text = provenance_json(reports)
+    kind = data.draw(st.sampled_from(["keep", "text", "field", "delete", "scalar"]),
+                     label="edit")
+    if kind == "text":
+        text = data.draw(mutated_json_text(text), label="text")
+    elif kind in ("field", "delete"):
+        tag = json.loads(text)
+        key = data.draw(st.sampled_from(sorted(tag) + ["bogus"]), label="field")
+        if kind == "delete":
+            tag.pop(key, None)
+        else:
+            tag[key] = data.draw(nasty_scalar(numpy=False), label="value")
+        text = json_text(tag)
+    elif kind == "scalar":
+        text = data.draw(nasty_scalar(), label="value")
+    ok, tag = attempt(provenance_from_json, text)
+    if kind == "keep":
+        assert ok and tag == (mech.fingerprint, name, mech.to_dict()), tag
+    if ok and tag is not None:
+        tagged = ldpdist.Reports._tagged(np.asarray(reports), *tag)
+        ok, _ = attempt(mech.aggregator().add, tagged)
+        assert not ok or tag[0] == mech.fingerprint, "reports of another spec were counted"
 
 
 # -- raw .npy reports and the command line ----------------------------------------------------
@@ -298,9 +368,11 @@ def npy_file(draw, array):
 @given(data=st.data())
 def test_cli_on_reports_files(name, data):
     """``ldpdist estimate`` and ``aggregate`` on mutated reports files and on raw .npy
-    arrays of any kind, with and without --raw-reports, --on-invalid drop."""
+    arrays of any kind, with and without --raw-reports, --on-invalid drop; ``aggregate`` of
+    a reports file beside a copy of it, changed or not, never counts both."""
     mech = data.draw(small_mechanism(name), label="mechanism")
     reports = valid_reports(data, mech)
+    original = None
     if data.draw(st.booleans(), label="raw"):
         array = report_input(data, mech, reports)
         if not isinstance(array, np.ndarray) or array.nbytes > 2**24 or array.dtype.kind == "O":
@@ -308,6 +380,7 @@ def test_cli_on_reports_files(name, data):
         blob = data.draw(npy_file(array), label="npy")
     else:
         blob, _batch = encode_reports(mech, reports)
+        original = blob
         if data.draw(st.booleans(), label="mutate"):
             blob = data.draw(mutated_bytes(blob), label="mutated")
     flags = []
@@ -334,9 +407,13 @@ def test_cli_on_reports_files(name, data):
             assert not os.path.exists(out)
         state = os.path.join(folder, "out.ldps")
         inputs = [path] * data.draw(st.sampled_from([1, 1, 2]), label="copies")
+        if original is not None and data.draw(st.booleans(), label="beside the original"):
+            inputs = [os.path.join(folder, "original.ldpr"), path]
+            with open(inputs[0], "wb") as handle:
+                handle.write(original)
         ok, _ = cli_attempt(["aggregate", "--spec", spec, *inputs, "-o", state] + flags)
         if ok:
-            assert len(inputs) == 1, "the same file was aggregated twice"
+            assert len(inputs) == 1, "a batch was aggregated twice (a copy, changed or not)"
             with open(state, "rb") as handle:
                 check_aggregator(ldpdist.Aggregator.from_bytes(handle.read()), mech)
         else:

@@ -7,7 +7,10 @@ thousands deep, numpy scalars and arrays), fields deleted or added, other mechan
 and formats; the JSON text of specs edited (NaN, huge numbers, deep nesting, invalid UTF-8,
 byte edits) and read by the commands' ``--spec``; ``ldpdist spec`` with edited options; and
 large sizes under the 1 GiB memory budget. An accepted spec must give a well-formed
-mechanism that round-trips through ``to_dict``. See _fuzzing.py for the property.
+mechanism that round-trips through ``to_dict``. Generated spec files (``to_json``, with the
+fingerprint they record) edited by hand: an accepted one is the mechanism that wrote it, and
+a key given twice is always refused. The linear-query protocols' specs (``from_dict`` of
+each protocol) with fields edited, deleted or added. See _fuzzing.py for the property.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from hypothesis import strategies as st
 import ldpdist
 from ldpdist import privacy
 from ldpdist.reports import read_reports
-from ldpdist.specs import canonical_json, fingerprint, parse_json, registered
+from ldpdist import linear
+from ldpdist.specs import canonical_json, fingerprint, from_json, parse_json, registered, to_json
 
 from _fuzzing import (FUZZ, privatize, HUGE_INTS, MECHANISMS, attempt, check_reports,
                       cli_attempt, examples, json_text, large_spec, mutated_bytes,
@@ -201,8 +205,21 @@ def spec_file(draw, name):
     """Bytes of a spec file: the JSON of a (possibly edited) spec, then text or byte edits."""
     spec = draw(small_spec(name))
     text = draw(st.sampled_from([canonical_json(spec), json.dumps(spec, indent=2)]))
-    kind = draw(st.sampled_from(["keep", "text", "text", "bytes", "value"]))
-    if kind == "text":
+    kind = draw(st.sampled_from(["keep", "text", "text", "bytes", "value", "generated",
+                                 "duplicate"]))
+    if kind == "duplicate":  # a key given twice: refused by the API and the command
+        text = draw(duplicated_key(text))
+    elif kind == "generated":  # ldpdist spec's output, maybe edited (the fingerprint stays)
+        try:
+            text = to_json(ldpdist.from_dict(spec))
+        except ValueError:
+            pass
+        else:
+            edited = json.loads(text)
+            if draw(st.booleans()):
+                edited[draw(st.sampled_from(sorted(edited)))] = draw(nasty_scalar(numpy=False))
+                text = json_text(edited)
+    elif kind == "text":
         text = draw(mutated_json_text(text))
     elif kind == "value":
         spec[draw(st.sampled_from(sorted(spec)))] = draw(nasty_scalar(numpy=False))
@@ -296,3 +313,102 @@ def test_cli_spec_command(data):
             mechanism_well_formed(mech)
         else:
             assert not os.path.exists(out)
+
+
+# -- generated spec files edited by hand ---------------------------------------------------------
+
+
+@st.composite
+def duplicated_key(draw, text):
+    """``text`` (a JSON object) with one of its keys given a second time, before or after
+    the first, with another value."""
+    spec = json.loads(text)
+    key = draw(st.sampled_from(sorted(spec)))
+    value = json_text(draw(st.one_of(nasty_scalar(numpy=False), st.sampled_from(HUGE_INTS))))
+    pair = json.dumps(key) + ":" + value
+    if draw(st.booleans()):
+        return "{" + pair + "," + text.lstrip()[1:]
+    return text.rstrip()[:-1] + "," + pair + "}"
+
+
+@pytest.mark.parametrize("name", MECHANISMS)
+@examples(0.4)
+@given(data=st.data())
+def test_generated_spec_files_edited_by_hand(name, data):
+    """``to_json`` text (what ``ldpdist spec`` writes) after hand edits: a value changed,
+    a character deleted (``1.0`` → ``10``), a key given twice, JSON-level edits. Accepted
+    only as the mechanism that wrote it while the recorded fingerprint is there; a key given
+    twice is always refused."""
+    try:
+        mech = ldpdist.from_dict(data.draw(small_spec(name), label="spec"))
+    except ValueError:
+        return  # e.g. an ε the shared rule refuses for this k
+    text = to_json(mech)
+    kind = data.draw(st.sampled_from(["value", "char", "duplicate", "text"]), label="edit")
+    if kind == "value":
+        spec = json.loads(text)
+        spec[data.draw(st.sampled_from(sorted(spec)), label="field")] = data.draw(
+            st.one_of(nasty_scalar(numpy=False), st.sampled_from(HUGE_INTS)), label="value")
+        text = json_text(spec)
+    elif kind == "char":
+        position = data.draw(st.integers(0, len(text) - 1), label="position")
+        text = text[:position] + text[position + 1:]
+    elif kind == "duplicate":
+        text = data.draw(duplicated_key(text), label="text")
+    else:
+        text = data.draw(mutated_json_text(text), label="text")
+    ok, got = attempt(from_json, text)
+    if kind == "duplicate":
+        assert not ok and "duplicate key" in str(got), got
+    if ok:
+        parsed = parse_json(text, "the spec")
+        if "fingerprint" in parsed:
+            assert got.fingerprint == parsed["fingerprint"] == mech.fingerprint, (
+                f"an edited generated spec was accepted as {got!r}, not {mech!r}")
+        mechanism_well_formed(got)
+
+
+# -- linear-query specs -----------------------------------------------------------------------
+
+QUERIES = [[1.0, 0.0, 0.5, -0.25], [0.0, 1.0, 0.5, 0.75]]
+PROTOCOLS = {
+    "GaussianLinearQueries": lambda: linear.GaussianLinearQueries(QUERIES, 1.0, 1e-6),
+    "RejectionSamplingLinearQueries":
+        lambda: linear.RejectionSamplingLinearQueries(QUERIES, 1.0, 1000),
+    "AdaptiveLinearQueries": lambda: linear.AdaptiveLinearQueries(100, 2, 1.0, 1.0, seed=1),
+}
+QUERY_EDITS = [[], [[]], [[1.0]], [[1.0, 2.0], [3.0]], [[math.nan, 1.0]], [[1e308, 1e308]],
+               [["a", 1.0]], [[True, False]], [[1.0, 0.0, 0.5, -0.25]]]
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+@examples(0.4)
+@given(data=st.data())
+def test_linear_query_spec_dicts(name, data):
+    """A protocol's ``to_dict`` with fields edited to values of every type, deleted or
+    added: ``from_dict`` gives an equal protocol, or refuses with a ``ValueError`` naming
+    the field (a ``TypeError`` only when the spec is not a dict)."""
+    protocol = PROTOCOLS[name]()
+    cls = type(protocol)
+    spec = protocol.to_dict()
+    for _ in range(data.draw(st.integers(1, 2), label="edits")):
+        kind = data.draw(st.sampled_from(["field", "field", "delete", "extra", "queries"]),
+                         label="edit")
+        if kind == "field" or (kind == "delete" and not spec):
+            spec[data.draw(st.sampled_from(sorted(spec) or ["x"]), label="field")] = data.draw(
+                st.one_of(nasty_scalar(), st.sampled_from(HUGE_INTS)), label="value")
+        elif kind == "delete":
+            del spec[data.draw(st.sampled_from(sorted(spec)), label="deleted")]
+        elif kind == "extra":
+            spec[data.draw(st.text(max_size=5), label="key")] = data.draw(nasty_scalar(False))
+        else:
+            spec["queries"] = data.draw(st.sampled_from(QUERY_EDITS), label="queries")
+    ok, got = attempt(cls.from_dict, spec)
+    if ok:
+        assert isinstance(got, cls)
+        assert cls.from_dict(got.to_dict()).to_dict() == got.to_dict()
+    else:
+        assert isinstance(got, ValueError), f"{type(got).__name__} for a dict spec: {got}"
+    ok, got = attempt(cls.from_dict, data.draw(
+        nasty_scalar().filter(lambda v: not isinstance(v, dict)), label="not a dict"))
+    assert not ok and isinstance(got, TypeError), got

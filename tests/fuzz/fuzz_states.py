@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ldpdist
+from ldpdist.errors import IntegrityError
 from ldpdist.specs import canonical_json
 
 from _fuzzing import (FUZZ, privatize, mutate_header_spec, HUGE_INTS, MECHANISMS, attempt,
@@ -80,6 +81,9 @@ def test_mutated_state_bytes(name, data):
         mutated = mutated[:-32] + sha256(mutated[:-32])
     as_type = data.draw(st.sampled_from([bytes, bytearray, memoryview]), label="type")
     ok, state = attempt(ldpdist.Aggregator.from_bytes, as_type(mutated))
+    if not reseal and mutated != blob:  # the checksum covers every byte
+        assert not ok and isinstance(state, IntegrityError), (
+            f"a changed state was not refused as corrupt: {state!r}")
     if ok:
         accepted_state_is_well_formed(state, data)
 

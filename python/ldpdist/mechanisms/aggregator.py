@@ -9,21 +9,9 @@ counted (never twice), arithmetic against
 overflow (counts and n are 64-bit and never wrap), and serialized states against their
 checksum and their own consistency.
 
-State format (:meth:`Aggregator.to_bytes`, integers little-endian):
-
-========  =================================================================================
-bytes     content
-========  =================================================================================
-0–7       magic ``LDPDAGG2``
-8–11      header length H (uint32)
-12…       header: canonical JSON object with ``format`` = ``"ldpdist-state"``,
-          ``version`` = 2, ``mechanism``, ``spec``, ``fingerprint`` (of the spec), ``n``,
-          ``dropped``, ``size`` (number of counts) and ``batches`` (list of
-          ``[batch id, label]`` pairs, sorted by id)
-…         zero bytes up to the next multiple of 8
-…         ``size`` counts (uint64)
-last 32   SHA-256 of every byte before it
-========  =================================================================================
+The state format (:meth:`Aggregator.to_bytes`, :meth:`Aggregator.from_bytes`: checksummed
+bytes holding the spec, the counts, n and the batch ids) is
+:mod:`ldpdist.mechanisms.state_format`'s; this module counts.
 
 Batch ids: a reports file's id (:mod:`ldpdist.reports`), ``raw-…`` for raw report files, and
 one random id per aggregator for the arrays added to it directly (``label`` says which).
@@ -33,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 import threading
 from typing import Any, Dict, FrozenSet, Optional, Tuple, Union
 
@@ -41,20 +28,14 @@ import numpy as np
 
 from .. import memory
 from .._validation import U64_MAX, one_of
+from ..decoders import check_options
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
 from ..reports import ReportBatch, Reports, check_reports, read_chunks, read_reports_layout
-from ..specs import (canonical_json, fingerprint, from_dict, parse_json, spec_difference,
-                     spec_summary)
+from ..specs import spec_difference, spec_summary
+# FORMAT_NAME and FORMAT_VERSION are re-exported (they were defined here).
+from .state_format import (FORMAT_NAME, FORMAT_VERSION, MAX_BATCH_ID, MAX_LABEL,
+                           decode_state, encode_state)
 
-_MAGIC = b"LDPDAGG2"
-_OLD_MAGICS = (b"LDPDAGG1",)
-FORMAT_NAME = "ldpdist-state"
-FORMAT_VERSION = 2
-_HEADER_KEYS = {"format", "version", "mechanism", "spec", "fingerprint", "n", "dropped",
-                "size", "batches"}
-_MAX_HEADER = 1 << 30
-_MAX_LABEL = 200
-_MAX_BATCH_ID = 128
 _ON_INVALID = ("raise", "drop")
 # Default piece of a streamed file: large enough that the per-piece costs (a Rust call, a
 # thread hand-off for the hash) vanish, small enough to stay far below any memory budget.
@@ -205,11 +186,11 @@ class Aggregator:
             array = check_reports(self.mechanism, reports, "Aggregator.add")
             if batch_id is not None and not isinstance(batch_id, str):
                 raise TypeError(f"batch_id must be a string, got {type(batch_id).__name__}")
-            if batch_id is not None and not 0 < len(batch_id) <= _MAX_BATCH_ID:
+            if batch_id is not None and not 0 < len(batch_id) <= MAX_BATCH_ID:
                 # what a state can hold (from_bytes refuses other ids)
-                raise ValueError(f"batch_id must have 1 to {_MAX_BATCH_ID} characters, got "
+                raise ValueError(f"batch_id must have 1 to {MAX_BATCH_ID} characters, got "
                                  f"{len(batch_id)}")
-        label = str(label)[:_MAX_LABEL]
+        label = str(label)[:MAX_LABEL]
         drop = on_invalid == "drop"
         prepared, negative = self.mechanism._prepare_reports(array.view(np.ndarray), drop)
         rows = int(prepared.shape[0])
@@ -289,7 +270,7 @@ class Aggregator:
                 hashlib.sha256()
             with self._lock:
                 self._refuse_duplicate(batch_id, layout.label)
-        label = os.path.basename(path)[:_MAX_LABEL]
+        label = os.path.basename(path)[:MAX_LABEL]
         where = f"reports file {path!r}"
         row_bytes = int(np.prod(shape[1:], dtype=object)) * dtype.itemsize
         rows_total = int(shape[0])
@@ -393,7 +374,10 @@ class Aggregator:
 
     def estimate(self, decoder: str = "project", *, sparsity: Optional[int] = None,
                  **options: Any) -> np.ndarray:
-        """Distribution estimate of shape (k,); see :meth:`Mechanism.estimate`."""
+        """Distribution estimate of shape (k,); see :meth:`Mechanism.estimate`. The decoder
+        and its options are checked first (:func:`ldpdist.decoders.check_options`)."""
+        check_options(self.mechanism, decoder,
+                      {**options, **({} if sparsity is None else {"sparsity": sparsity})})
         with self._lock:
             return self.mechanism._decode(self._counts, self._n, decoder, sparsity=sparsity,
                                           **options)
@@ -401,91 +385,20 @@ class Aggregator:
     # -- serialization ---------------------------------------------------------------
 
     def to_bytes(self) -> bytes:
-        """The state in the checked format of the module documentation."""
+        """The state in the checked format of :mod:`ldpdist.mechanisms.state_format`."""
         with self._lock:
-            spec = self.mechanism.to_dict()
-            header = {
-                "format": FORMAT_NAME,
-                "version": FORMAT_VERSION,
-                "mechanism": spec["mechanism"],
-                "spec": spec,
-                "fingerprint": fingerprint(spec),
-                "n": self._n,
-                "dropped": self._dropped,
-                "size": int(self._counts.size),
-                "batches": [[batch, label] for batch, label in sorted(self._batches.items())],
-            }
-            header_bytes = canonical_json(header).encode("ascii")
-            prefix = _MAGIC + struct.pack("<I", len(header_bytes)) + header_bytes
-            prefix += b"\0" * (-len(prefix) % 8)
-            body = prefix + self._counts.astype("<u8", copy=False).tobytes()
-        return body + hashlib.sha256(body).digest()
+            return encode_state(self.mechanism, self._counts, self._n, self._dropped,
+                                self._batches)
 
     @classmethod
     def from_bytes(cls, data: Any) -> "Aggregator":
         """Inverse of :meth:`to_bytes`. Refuses (:class:`IntegrityError`, a ``ValueError``)
         anything that is not an intact state: wrong magic, checksum mismatch, a header
-        that does not match its spec or sizes, counts inconsistent with n."""
+        that does not match its spec or sizes (or names a key twice, or misses one: the
+        message names it), non-zero padding, counts inconsistent with n."""
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"Aggregator.from_bytes takes bytes, got {type(data).__name__}")
-        data = memoryview(data).cast("B")
-        if any(bytes(data[:8]) == magic for magic in _OLD_MAGICS):
-            raise IntegrityError("this state was written by an older ldpdist without a "
-                                 "checksum or batch ids; aggregate its reports again")
-        if len(data) < 12 + 32 or bytes(data[:8]) != _MAGIC:
-            raise IntegrityError("not an ldpdist aggregator state (bad magic bytes)")
-        (length,) = struct.unpack_from("<I", data, 8)
-        if length > min(_MAX_HEADER, len(data) - 12 - 32):
-            raise IntegrityError(f"corrupt state: header length {length} does not fit in "
-                                 f"{len(data)} bytes")
-        body, digest = data[:-32], bytes(data[-32:])
-        if hashlib.sha256(body).digest() != digest:
-            raise IntegrityError("corrupt state: the checksum does not match its contents "
-                                 "(truncated, edited, or damaged)")
-        header_bytes = bytes(data[12:12 + length])
-        try:
-            header = parse_json(header_bytes.decode("ascii"), "the state header")
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise IntegrityError(f"corrupt state header: {exc}") from None
-        mechanism, n, dropped, batches = cls._checked_header(header, header_bytes)
-        offset = 12 + length + (-(12 + length) % 8)
-        size = mechanism._statistic_size
-        if len(body) - offset != 8 * size:
-            raise IntegrityError(f"corrupt state: {len(body) - offset} bytes of counts, the "
-                                 f"spec needs {8 * size} ({size} counts)")
-        memory.check("reading an aggregator state", [("its counts", 8 * size)])
-        counts = np.frombuffer(body, dtype="<u8", count=size, offset=offset).astype(np.uint64)
-        mechanism._check_counts(counts, n)
-        return cls._from_counts(mechanism, counts, n, dropped, batches)
-
-    @staticmethod
-    def _checked_header(header: Any, header_bytes: bytes
-                        ) -> Tuple[Any, int, int, Dict[str, str]]:
-        if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
-            raise IntegrityError(f"corrupt state header: expected the keys {sorted(_HEADER_KEYS)}")
-        if header["format"] != FORMAT_NAME or header["version"] != FORMAT_VERSION:
-            raise IntegrityError(f"unsupported state format {header['format']!r} version "
-                                 f"{header['version']!r}")
-        if canonical_json(header).encode("ascii") != header_bytes:
-            raise IntegrityError("corrupt state header: not in canonical form")
-        spec = header["spec"]
-        if not isinstance(spec, dict) or fingerprint(spec) != header["fingerprint"] \
-                or spec.get("mechanism") != header["mechanism"]:
-            raise IntegrityError("corrupt state header: the spec does not match its fingerprint")
-        try:
-            mechanism = from_dict(spec)
-        except (ValueError, TypeError) as exc:
-            raise IntegrityError(f"corrupt state header: invalid spec: {exc}") from None
-        n, dropped, size = header["n"], header["dropped"], header["size"]
-        for name, value in (("n", n), ("dropped", dropped), ("size", size)):
-            if type(value) is not int or not 0 <= value <= U64_MAX:
-                raise IntegrityError(f"corrupt state header: {name} = {value!r} is not an "
-                                     "integer in [0, 2^64)")
-        if size != mechanism._statistic_size:
-            raise IntegrityError(f"corrupt state header: size {size} does not match the spec "
-                                 f"({mechanism._statistic_size} counts)")
-        batches = _checked_batches(header["batches"])
-        return mechanism, n, dropped, batches
+        return cls._from_counts(*decode_state(memoryview(data).cast("B")))
 
 
 def _open_raw(path: str, mechanism: Any) -> "Optional[Tuple[np.dtype, tuple, int]]":
@@ -542,19 +455,3 @@ def _progress_bar(progress: Optional[bool], total: int, label: str) -> Any:
         return _NoBar()
     return tqdm(total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024,
                 file=sys.stderr, leave=leave)
-
-
-def _checked_batches(entries: Any) -> Dict[str, str]:
-    if not isinstance(entries, list):
-        raise IntegrityError("corrupt state header: batches must be a list")
-    batches: Dict[str, str] = {}
-    for entry in entries:
-        if (not isinstance(entry, list) or len(entry) != 2
-                or not all(isinstance(v, str) for v in entry)
-                or not 0 < len(entry[0]) <= _MAX_BATCH_ID or len(entry[1]) > _MAX_LABEL):
-            raise IntegrityError(f"corrupt state header: bad batch entry {entry!r:.80}")
-        if entry[0] in batches:
-            raise IntegrityError(f"corrupt state header: batch {entry[0]} listed twice")
-        batches[entry[0]] = entry[1]
-    return batches
-
