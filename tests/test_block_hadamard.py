@@ -413,7 +413,7 @@ def test_cli_spec_and_deployment(tmp_path, capsys):
     spec = tmp_path / "spec.json"
     for source in ("labels.txt", "labels.npy"):
         status, _, err = run_cli(capsys, "spec", "bhr", "--epsilon", 0.5, "--block-labels",
-                                 tmp_path / source, "-o", spec)
+                                 tmp_path / source, "-o", spec, "--force")
         assert status == 0, err
         assert ldpdist.from_dict(json.loads(spec.read_text())) == BHR(labels, 0.5)
     # The file flow gives the API's estimate with the same seed.

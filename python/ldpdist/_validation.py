@@ -56,9 +56,11 @@ def float64_array(x: Any, name: str, what: str = "a sequence of real numbers") -
         raise TypeError(f"{name} must be {what}: {exc}") from None
 
 
-def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
+def float_vector(x: Any, name: str, *, finite: bool = True, operation: Optional[str] = None,
+                 result_itemsize: int = 0) -> np.ndarray:
     """A 1-D, C-contiguous, aligned float64 view of ``x`` (copied only when not already so:
-    a view of a foreign buffer at an odd address is copied, the core refuses it).
+    a view of a foreign buffer at an odd address is copied, the core refuses it; a copy is
+    declared to the memory guard first, see :func:`contiguous`).
 
     ndarrays must already be float64; other sequences of real numbers are converted
     (:func:`float64_array`).
@@ -68,7 +70,28 @@ def float_vector(x: Any, name: str, *, finite: bool = True) -> np.ndarray:
         raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
     if finite:
         check_finite(array, name)
-    return np.require(array, requirements=["C", "A"])
+    return contiguous(array, name, operation=operation, result_itemsize=result_itemsize)
+
+
+def contiguous(array: np.ndarray, name: str, dtype: Any = None, *,
+               operation: Optional[str] = None, result_itemsize: int = 0) -> np.ndarray:
+    """``array`` as a C-contiguous, aligned array of ``dtype`` (default: its own): itself
+    when it already is one, else a copy, which is first declared to the memory guard (a
+    broadcast view such as ``np.broadcast_to(1.0, 2**31)`` owns no memory, but its copy
+    does), together with the result of ``operation`` (``result_itemsize`` bytes per entry)
+    when given, so that the guard's ``MemoryError`` comes before numpy's allocation."""
+    target = array.dtype if dtype is None else np.dtype(dtype)
+    if (array.dtype == target and array.flags.c_contiguous and array.flags.aligned):
+        return array
+    if array.size:
+        from . import _core  # here: ldpdist.memory imports this module
+
+        what = operation or f"a contiguous {target} copy of {name}"
+        parts = [(f"a contiguous {target} copy of {name}", target.itemsize * array.size)]
+        if result_itemsize:
+            parts.append(("the result", result_itemsize * array.size))
+        _core.check_memory(what, parts, None)
+    return np.require(array, dtype=target, requirements=["C", "A"])
 
 
 def check_finite(array: np.ndarray, name: str) -> None:
@@ -93,9 +116,10 @@ def as_array(x: Any, name: str) -> np.ndarray:
                         f"{type(x).__name__} is not one ({why})") from None
 
 
-def int64_vector(x: Any, name: str) -> np.ndarray:
+def int64_vector(x: Any, name: str, *, operation: Optional[str] = None,
+                 result_itemsize: int = 0) -> np.ndarray:
     """A 1-D, C-contiguous, aligned int64 view of an integer array (any integer dtype that
-    fits)."""
+    fits; a copy is declared to the memory guard first, see :func:`contiguous`)."""
     array = np.asarray(x)
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {array.dtype}")
@@ -104,7 +128,8 @@ def int64_vector(x: Any, name: str) -> np.ndarray:
     if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
         position = int(np.argmax(array > np.iinfo(np.int64).max))
         raise ValueError(f"{name}[{position}] = {array[position]} does not fit in int64")
-    return np.require(array, dtype=np.int64, requirements=["C", "A"])
+    return contiguous(array, name, np.int64, operation=operation,
+                      result_itemsize=result_itemsize)
 
 
 def integer(value: Any, name: str, *, minimum: Optional[int] = None,

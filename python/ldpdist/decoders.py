@@ -45,12 +45,23 @@ The consistency family (:data:`CONSISTENCY_DECODERS`)
     frequencies fitted to the raw estimate (Kiefer–Wolfowitz NPMLE), then every value's
     posterior at a common quantile so that the estimate sums to 1
     (:func:`ldpdist.empirical_bayes.from_noise_model`; the noise as for ``"base_cut"``).
+
+Options. ``estimate`` passes keyword options to the decoder: ``max_iter`` and ``tol`` to
+``"ibu"``, ``sparsity`` to the sparse decoders (:data:`DECODER_OPTIONS`); compressive
+privatization takes ``sparsity`` (OMP's atoms) and ``model`` with every decoder, and no
+``max_iter``. :func:`check_options` checks them once for every mechanism and decoder, before
+anything is decoded: an option of another decoder is a ``ValueError`` that says which
+decoder takes it, an option no decoder takes a ``TypeError``; both name the mechanism, the
+decoder and the options it takes (:func:`decoder_options`), e.g. ::
+
+    TypeError: HadamardResponse: decoder 'ibu' takes no option 'iterations' (its options:
+    max_iter, tol); ...
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any, List, NamedTuple, Optional
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -96,6 +107,60 @@ TWO_STAGE_DECODERS = ("two_stage", "two_stage_project")
 ALL_DECODERS = DECODERS + TWO_STAGE_DECODERS
 #: Decoders that take ``sparsity=s``.
 SPARSE_DECODERS = ("sparse_project",) + TWO_STAGE_DECODERS
+#: The keyword options each decoder takes in ``estimate`` (a decoder not listed takes none).
+#: A mechanism whose estimation has options of its own says so in ``_decoder_options``
+#: (compressive privatization: ``sparsity`` and ``model`` with every decoder).
+DECODER_OPTIONS: Dict[str, Tuple[str, ...]] = {
+    "ibu": ("max_iter", "tol"),
+    **{decoder: ("sparsity",) for decoder in SPARSE_DECODERS},
+}
+
+
+def decoder_options(mechanism: Any, decoder: str) -> Tuple[str, ...]:
+    """The keyword options that ``mechanism.estimate`` (and ``Aggregator.estimate``) take
+    with ``decoder``: :data:`DECODER_OPTIONS`, or the mechanism's own
+    ``_decoder_options(decoder)`` when it defines one."""
+    own = getattr(mechanism, "_decoder_options", None)
+    if own is not None:
+        return tuple(own(decoder))
+    return DECODER_OPTIONS.get(ALIASES.get(decoder, decoder), ())
+
+
+def check_options(mechanism: Any, decoder: str, options: Mapping[str, Any]) -> None:
+    """The one check of the decoder and its options, before any decoding: ``decoder`` must
+    be one of ``mechanism.decoders`` (``ValueError``), and every name in ``options`` one it
+    takes (:func:`decoder_options`). An option of another decoder is a ``ValueError``
+    saying which decoders take it; a name no decoder of the mechanism takes is a
+    ``TypeError`` (as Python's for an unexpected keyword argument), both naming the
+    mechanism, the decoder and the options it takes."""
+    accepted = getattr(mechanism, "decoders", DECODERS)
+    one_of(decoder, accepted, "decoder")
+    takes = decoder_options(mechanism, decoder)
+    for name in options:
+        if name in takes:
+            continue
+        listing = ("its options: " + ", ".join(takes)) if takes else "it takes no options"
+        where = f"{type(mechanism).__name__}: decoder {decoder!r} takes no option {name!r}"
+        others = tuple(d for d in accepted if name in decoder_options(mechanism, d))
+        if others:
+            raise ValueError(f"{where} ({listing}); {name!r} is an option of the "
+                             f"decoder{'s' if len(others) > 1 else ''} "
+                             f"{', '.join(map(repr, others))}")
+        raise TypeError(f"{where} ({listing}); the options of its decoders: "
+                        f"{_options_listing(mechanism, accepted)}")
+
+
+def _options_listing(mechanism: Any, accepted: Tuple[str, ...]) -> str:
+    """Which decoders of ``mechanism`` take which options, in one line."""
+    groups: Dict[Tuple[str, ...], List[str]] = {}
+    for d in accepted:
+        groups.setdefault(decoder_options(mechanism, d), []).append(d)
+    if len(groups) == 1:
+        (options,) = groups
+        return (", ".join(options) + " with every decoder") if options else "none"
+    parts = [f"{', '.join(options)} ({', '.join(names)})"
+             for options, names in groups.items() if options]
+    return "; ".join(parts) + ("; none for the others" if () in groups else "")
 
 
 def noise_level_sparsity(raw: np.ndarray) -> int:

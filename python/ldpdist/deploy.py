@@ -31,7 +31,6 @@ import argparse
 import functools
 import io
 import inspect
-import json
 import os
 import pickle
 import re
@@ -45,13 +44,13 @@ import numpy as np
 from . import memory
 from .decoders import ALL_DECODERS
 from .errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
-from .files import write_atomic
+from .files import check_output, write_atomic
 from .mechanisms import SHORT_NAMES, Aggregator, CompressivePrivatization
-from .mechanisms.aggregator import _MAGIC as STATE_MAGIC, _OLD_MAGICS as OLD_STATE_MAGICS
 from .mechanisms.base import Mechanism
 from .mechanisms.compressive import MATRIX_KINDS, MODELS, REGIMES
-from .reports import REPORTS_MAGIC, write_reports
-from .specs import from_dict, parse_json, registered
+from .mechanisms.state_format import OLD_STATE_MAGICS, STATE_MAGIC
+from .reports import READ_MAGICS as REPORTS_MAGICS, encode_reports
+from .specs import from_dict, parse_json, registered, to_json
 
 NPY_MAGIC = b"\x93NUMPY"
 # What np.load raises on a corrupt .npy file: besides its own ValueErrors, numpy's header
@@ -69,33 +68,57 @@ def npy_error(exc: BaseException) -> str:
         return "its header announces a dimension too large for this platform"
     return _one_line(exc)
 
-# Optional parameters of `ldpdist spec` -> mechanisms that take them.
-_SPEC_OPTIONS = {
-    "m": ("CompressivePrivatization",),
-    "seed": ("CompressivePrivatization", "OptimizedLocalHashing", "PublicCoinHashing"),
-    "bits": ("PublicCoinHashing",),
-    "matrix": ("CompressivePrivatization",),
-    "regime": ("CompressivePrivatization",),
-    "blocks": ("HadamardResponse",),
-    "d": ("SubsetSelection",),
-    "epsilon_01": ("AsymmetricBinaryResponse",),
-    "epsilon_10": ("AsymmetricBinaryResponse",),
-    "block_sizes": ("BlockHadamardResponse",),
-    "block_labels": ("BlockHadamardResponse",),
-    "sensitive": ("HighLowHadamardResponse",),
-    "sensitive_file": ("HighLowHadamardResponse",),
-}
-_REQUIRED_OPTIONS = {"CompressivePrivatization": ("m", "seed"),
-                     "PublicCoinHashing": ("bits", "seed"),
-                     "AsymmetricBinaryResponse": ("epsilon_01", "epsilon_10"),
-                     "HighLowHadamardResponse": ("sensitive",)}
-# Mechanisms whose k is fixed (not a parameter): --k may be omitted, or must be that k.
-_FIXED_K = {"AsymmetricBinaryResponse": 2}
-# Mechanisms with a budget matrix instead of one ε (their own options give the budgets).
-_BUDGET_OPTIONS = {"AsymmetricBinaryResponse": "--epsilon-01 and --epsilon-10"}
 # Mechanisms whose k follows from another option (the partition of BlockHadamardResponse);
 # --k is then optional and checked against it.
 _K_FROM = {"BlockHadamardResponse": ("block_sizes", "block_labels")}
+# The optional options of `ldpdist spec`, and the constructor parameter each one sets where
+# it is not the parameter of the same name.
+_OPTION_PARAMETERS = {"m": "m", "seed": "seed", "bits": "bits", "matrix": "matrix",
+                      "regime": "regime", "blocks": "blocks", "d": "d",
+                      "epsilon_01": "epsilon_01", "epsilon_10": "epsilon_10",
+                      "block_sizes": "blocks", "block_labels": "blocks",
+                      "sensitive": "sensitive", "sensitive_file": "sensitive"}
+
+
+def _parameters(name: str) -> Dict[str, inspect.Parameter]:
+    """The constructor parameters of the registered mechanism ``name``."""
+    return dict(inspect.signature(registered()[name]).parameters)
+
+
+def _takes(name: str, option: str) -> bool:
+    """Whether the mechanism ``name`` takes ``--option``: it has the constructor parameter
+    the option sets; the options of a partition that gives k (_K_FROM) are that
+    mechanism's only."""
+    own = _K_FROM.get(name, ())
+    if option in own:
+        return True
+    if any(option in options for options in _K_FROM.values()):
+        return False  # another mechanism's partition
+    parameter = _OPTION_PARAMETERS[option]
+    return (parameter in _parameters(name)
+            and parameter not in {_OPTION_PARAMETERS[given] for given in own})
+
+
+# Read from the registered mechanisms' constructors, so that a new mechanism whose
+# parameters have options here needs no entry:
+# option -> the mechanisms that take it
+_SPEC_OPTIONS = {option: tuple(name for name in registered() if _takes(name, option))
+                 for option in _OPTION_PARAMETERS}
+# mechanism -> the options it requires (its parameters without a default, k and ε aside)
+_REQUIRED_OPTIONS = {
+    name: tuple(option for option, parameter in _parameters(name).items()
+                if parameter.default is inspect.Parameter.empty
+                and option not in ("k", "epsilon") and option in _OPTION_PARAMETERS
+                and name not in _K_FROM)
+    for name in registered()}
+# Mechanisms whose k is fixed (not a parameter): --k may be omitted, or must be that k.
+_FIXED_K = {"AsymmetricBinaryResponse": 2}
+# Private mechanisms with a budget matrix instead of one ε (no epsilon parameter: their
+# required options give the budgets).
+_BUDGET_OPTIONS = {name: " and ".join(f"--{option.replace('_', '-')}"
+                                      for option in _REQUIRED_OPTIONS[name])
+                   for name, cls in registered().items()
+                   if cls.private and "epsilon" not in _parameters(name)}
 
 
 def _budget_option(text: str, option: str) -> Any:
@@ -175,9 +198,22 @@ def _read_head(path: str, what: str, size: int = 16) -> bytes:
         raise CliError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from None
 
 
-def _write_file(path: str, data: bytes) -> None:
+def _check_output(args: argparse.Namespace, *inputs: Optional[str]) -> None:
+    """Refuse ``args.output`` before any work when it is one of ``inputs`` (the same file,
+    however spelled; even with --force), a directory or not a regular file, or when it
+    exists and --force is not given (:func:`ldpdist.files.check_output`)."""
     try:
-        write_atomic(path, data)
+        check_output(args.output, inputs, force=args.force)
+    except (OSError, ValueError) as exc:
+        raise CliError(_one_line(exc.strerror if isinstance(exc, OSError) and exc.strerror
+                                 else exc)) from None
+
+
+def _write_file(path: str, data: bytes, force: bool = False) -> None:
+    """Write atomically; without ``force`` a file that appeared since :func:`_check_output`
+    is not replaced either."""
+    try:
+        write_atomic(path, data, overwrite=force)
     except OSError as exc:
         raise CliError(_one_line(exc.strerror or exc)) from None
 
@@ -189,13 +225,13 @@ def _binary_output(path: str, command: str) -> str:
     return path
 
 
-def _write_text(path: Optional[str], text: str) -> str:
+def _write_text(path: Optional[str], text: str, force: bool = False) -> str:
     """Write text to ``path`` (``None`` or ``-``: standard output); returns where it went."""
     if path is None or path == _STDOUT:
         sys.stdout.write(text)
         sys.stdout.flush()
         return "standard output"
-    _write_file(path, text.encode())
+    _write_file(path, text.encode(), force)
     return repr(path)
 
 
@@ -383,7 +419,7 @@ def load_input(path: str, mech: Mechanism, on_invalid: str = "raise",
                            f"not {mech!r}")
         return state, "state"
     aggregator = mech.aggregator()
-    if head.startswith(REPORTS_MAGIC):
+    if head.startswith(REPORTS_MAGICS):
         _add_file(aggregator, path, mech, on_invalid)
         return aggregator, "reports"
     if head.startswith(NPY_MAGIC):
@@ -515,6 +551,7 @@ def _block_options(name: str, args: argparse.Namespace, kwargs: Dict[str, Any]) 
 
 @_command
 def cmd_spec(args: argparse.Namespace) -> int:
+    _check_output(args, args.block_labels, args.sensitive_file)
     name = mechanism_class(args.mechanism)
     kwargs: Dict[str, Any] = {}
     if name in _K_FROM:
@@ -560,7 +597,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
         mech = from_dict({"mechanism": name, **kwargs})
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
-    where = _write_text(args.output, json.dumps(mech.to_dict(), indent=2) + "\n")
+    where = _write_text(args.output, to_json(mech), args.force)
     _done("spec", f"wrote the spec of {mech!r} to {where} (fingerprint {mech.fingerprint[:16]}…)")
     return 0
 
@@ -568,6 +605,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 @_command
 def cmd_privatize(args: argparse.Namespace) -> int:
     output = _binary_output(args.output, "privatize")
+    _check_output(args, args.spec, args.values)
     mech = load_spec(args.spec)
     numbered = "first_user" in inspect.signature(mech.privatize).parameters
     if args.first_user is not None and not numbered:
@@ -588,10 +626,8 @@ def cmd_privatize(args: argparse.Namespace) -> int:
             reports = mech.privatize(values, **options)
     except (ValueError, TypeError, OverflowError) as exc:
         raise CliError(_one_line(exc)) from None
-    try:
-        batch = write_reports(output, mech, reports)
-    except OSError as exc:
-        raise CliError(_one_line(exc.strerror or exc)) from None
+    data, batch = encode_reports(mech, reports, _where="privatize")
+    _write_file(output, data, args.force)
     _done("privatize", f"wrote {len(batch)} reports of {mech!r} to {output!r} "
                        f"(batch {batch.batch_id[:16]}…)")
     return 0
@@ -600,6 +636,7 @@ def cmd_privatize(args: argparse.Namespace) -> int:
 @_command
 def cmd_aggregate(args: argparse.Namespace) -> int:
     output = _binary_output(args.output, "aggregate")
+    _check_output(args, args.spec, *args.inputs)
     mech = load_spec(args.spec)
     _check_distinct(args.inputs)
     total = mech.aggregator()
@@ -609,7 +646,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
             total.merge(part)
         except DuplicateBatchError as exc:
             raise CliError(f"{path!r}: {_one_line(exc)}") from None
-    _write_file(output, total.to_bytes())
+    _write_file(output, total.to_bytes(), args.force)
     _done("aggregate", f"wrote {output!r}: n = {total.n} reports in {len(total.batches)} "
                        f"batch(es){_dropped_note(total.dropped)}")
     return 0
@@ -617,6 +654,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 @_command
 def cmd_estimate(args: argparse.Namespace) -> int:
+    _check_output(args, args.spec, args.input)
     mech = load_spec(args.spec)
     options: Dict[str, Any] = {}
     if args.model is not None:
@@ -630,7 +668,7 @@ def cmd_estimate(args: argparse.Namespace) -> int:
         raise CliError(_one_line(exc)) from None
     lines = ["value,probability"]
     lines.extend(f"{value},{float(p)!r}" for value, p in enumerate(estimate))
-    where = _write_text(args.output, "\n".join(lines) + "\n")
+    where = _write_text(args.output, "\n".join(lines) + "\n", args.force)
     dropped = _dropped_note(aggregator.dropped) if kind == "reports" else ""
     _done("estimate", f"estimated {mech.k} probabilities from n = {aggregator.n} reports "
                       f"(decoder {args.decoder}{dropped}); wrote them to {where}")
@@ -647,6 +685,8 @@ def register(subparsers: Any) -> None:
                 "this spec from another system, e.g. the HR reference code); nothing checks "
                 "which spec made them")
     on_invalid_help = "malformed reports: fail (default) or drop and count them"
+    force_help = ("replace an existing output file (without it an existing output is "
+                  "refused); an output that is one of the inputs is refused even so")
 
     p = subparsers.add_parser(
         "spec", help="write a mechanism spec (JSON) shared by clients and server",
@@ -686,6 +726,7 @@ def register(subparsers: Any) -> None:
                         "1-D integer array)")
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output file (default, or '-': standard output)")
+    p.add_argument("--force", action="store_true", help=force_help)
     p.set_defaults(handler=cmd_spec)
 
     p = subparsers.add_parser(
@@ -704,6 +745,7 @@ def register(subparsers: Any) -> None:
                         "distinct one); continues the assignment across batch files")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="reports file to write (it carries the spec's fingerprint)")
+    p.add_argument("--force", action="store_true", help=force_help)
     p.set_defaults(handler=cmd_privatize)
 
     p = subparsers.add_parser(
@@ -717,6 +759,7 @@ def register(subparsers: Any) -> None:
                    help=on_invalid_help)
     p.add_argument("--raw-reports", action="store_true", help=raw_help)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="state file to write")
+    p.add_argument("--force", action="store_true", help=force_help)
     p.set_defaults(handler=cmd_aggregate)
 
     p = subparsers.add_parser(
@@ -738,4 +781,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--raw-reports", action="store_true", help=raw_help)
     p.add_argument("-o", "--output", metavar="FILE",
                    help="output CSV (default, or '-': standard output)")
+    p.add_argument("--force", action="store_true", help=force_help)
     p.set_defaults(handler=cmd_estimate)

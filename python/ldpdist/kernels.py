@@ -2,7 +2,10 @@
 
 All functions take and return numpy arrays, release the GIL while they compute, and run on
 all cores (rayon; set ``RAYON_NUM_THREADS`` to limit them). Seeded results do not depend on
-the number of threads. The functions, by family:
+the number of threads. An input that must be copied first (not C-contiguous, e.g. a
+``np.broadcast_to`` view, which owns no memory however large it looks) is copied only after
+the memory guard accepted the copy and the result (``MemoryError`` naming both otherwise,
+see :mod:`ldpdist.memory`). The functions, by family:
 
 fwht, fwht_inplace, fwht_int
     Unnormalized Walsh–Hadamard transform ``H @ x`` in Sylvester order,
@@ -79,7 +82,8 @@ def fwht(x: Any) -> np.ndarray:
         ``x`` is not 1-D, its length is not a power of two, or it holds NaN/inf.
     """
     # Finiteness is checked in Rust (same message), saving a pass over x.
-    return _core.fwht(float_vector(x, "x", finite=False))
+    return _core.fwht(float_vector(x, "x", finite=False, operation="fwht",
+                                   result_itemsize=8))
 
 
 def fwht_inplace(x: np.ndarray) -> None:
@@ -97,7 +101,7 @@ def fwht_int(x: Any) -> np.ndarray:
     Useful for decoding histograms of reports without rounding. Raises ``ValueError`` when
     ``sum(|x|) >= 2**63`` (the result could overflow).
     """
-    return _core.fwht_int(int64_vector(x, "x"))
+    return _core.fwht_int(int64_vector(x, "x", operation="fwht_int", result_itemsize=8))
 
 
 # --------------------------------------------------------------------------------------
@@ -121,7 +125,9 @@ def project_simplex(v: Any) -> np.ndarray:
     ndarray of float64, shape (k,)
     """
     # Finiteness is checked in Rust (same message), saving a pass over v.
-    return _core.project_simplex(float_vector(v, "v", finite=False))
+    return _core.project_simplex(float_vector(v, "v", finite=False,
+                                              operation="project_simplex",
+                                              result_itemsize=8))
 
 
 def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
@@ -139,7 +145,8 @@ def project_sparse_simplex(v: Any, s: int) -> np.ndarray:
     -------
     ndarray of float64, shape (k,) with at most ``s`` non-zeros.
     """
-    v = float_vector(v, "v", finite=False)
+    v = float_vector(v, "v", finite=False, operation="project_sparse_simplex",
+                     result_itemsize=8)
     s = integer(s, "s", minimum=1, maximum=v.size)
     return _core.project_sparse_simplex(v, s)
 
@@ -312,6 +319,7 @@ def omp_details(A: np.ndarray | SignMatrix, y: Any, s: int,
         result = _core.omp_sign(A._inner, y, s, tol, bool(intercept))
     else:
         if not (A.flags.c_contiguous or A.flags.f_contiguous):
+            memory.check("omp", [("a contiguous copy of A", 8 * A.size)])
             A = np.ascontiguousarray(A)
         result = _core.omp_dense(A, y, s, tol, bool(intercept))  # checks NaN/inf in Rust
     return OmpResult(*result)

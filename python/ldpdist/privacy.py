@@ -114,7 +114,10 @@ def _contiguous(array: np.ndarray, name: str, what: str) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def _channel(Q: Any, what: str) -> np.ndarray:
+def _channel(Q: Any, what: str, copy: bool = True) -> np.ndarray:
+    """``Q`` checked to be a channel: C-contiguous (a copy, declared to the memory guard,
+    when it is not), or with ``copy=False`` as it is (the caller declares and makes the
+    copy)."""
     array = _as_float64(Q, as_array(Q, "Q"), "Q", what)
     if array.ndim != 2 or array.shape[0] < 1 or array.shape[1] < 1:
         raise ValueError(f"Q must be a non-empty 2-D array (inputs × outputs), got shape "
@@ -123,14 +126,19 @@ def _channel(Q: Any, what: str) -> np.ndarray:
     if not (array.min() >= 0 and array.max() < math.inf):
         x, y = _first_bad(array, lambda a: ~np.isfinite(a) | (a < 0))
         raise ValueError(f"Q must hold probabilities (finite, ≥ 0): Q[{x}, {y}] = {array[x, y]}")
-    return _contiguous(array, "Q", what)
+    return _contiguous(array, "Q", what) if copy else array
 
 
 def check_budgets(E: Any, k: Optional[int] = None) -> np.ndarray:
     """``E`` as a C-contiguous float64 (k × k) array after checking that it is a budget
     matrix: square (of size ``k`` when given), entries ≥ 0 or +inf (no NaN), zero diagonal.
     Raises ``TypeError``/``ValueError`` naming the first offending entry."""
-    array = _as_float64(E, as_array(E, "budgets"), "budgets", "check_budgets")
+    return _contiguous(_budgets(E, k, "check_budgets"), "budgets", "check_budgets")
+
+
+def _budgets(E: Any, k: Optional[int], what: str) -> np.ndarray:
+    """The checks of :func:`check_budgets`, on ``E`` as it is (no copy of an ndarray)."""
+    array = _as_float64(E, as_array(E, "budgets"), "budgets", what)
     if array.ndim != 2 or array.shape[0] != array.shape[1] or array.shape[0] < 1:
         raise ValueError(f"budgets must be a square k × k matrix, got shape {array.shape}")
     if k is not None and array.shape[0] != k:
@@ -144,7 +152,7 @@ def check_budgets(E: Any, k: Optional[int] = None) -> np.ndarray:
         x = int(np.argmax(diagonal != 0))
         raise ValueError(f"budgets must have a zero diagonal: budgets[{x}, {x}] = "
                          f"{diagonal[x]}")
-    return _contiguous(array, "budgets", "check_budgets")
+    return array
 
 
 def verify(Q: Any, E: Any) -> Violation:
@@ -165,10 +173,21 @@ def verify(Q: Any, E: Any) -> Violation:
         first among exact ties.
 
     Cost O(k² · ``|Y|``) in the Rust core (all cores, no GIL), O(k · ``|Y|``) memory; see the
-    module documentation.
+    module documentation. Both arguments are checked before anything proportional to them
+    is allocated, and the whole allocation (contiguous copies of views, the log channel) is
+    declared to the memory guard first.
     """
-    Q = _channel(Q, "privacy.verify")
-    E = check_budgets(E, Q.shape[0])
+    what = "privacy.verify"
+    Q = _channel(Q, what, copy=False)
+    E = _budgets(E, Q.shape[0], what)
+    k, outputs = Q.shape
+    parts = [("the log channel ln Q", 8 * k * (-(-outputs // 8) * 8))]  # rows padded to 8
+    if not Q.flags.c_contiguous:
+        parts.append(("a contiguous copy of Q", 8 * Q.size))
+    if not E.flags.c_contiguous:
+        parts.append(("a contiguous copy of the budgets", 8 * E.size))
+    memory.check(what, parts)
+    Q, E = np.ascontiguousarray(Q), np.ascontiguousarray(E)
     amount, worst = _core.privacy_verify(Q, E)
     if worst is None:
         return Violation(-math.inf, None, None)
@@ -181,8 +200,15 @@ def realized_budgets(Q: Any) -> np.ndarray:
     over the outputs with ``Q(y|x) > 0``, floored at 0 (``+inf`` when one of them has
     ``Q(y|x') = 0``; ``0`` on the diagonal). Shape (k, k), float64; same cost and exactness
     as :func:`verify`."""
-    Q = _channel(Q, "privacy.realized_budgets")
-    return _core.privacy_realized_budgets(Q)
+    what = "privacy.realized_budgets"
+    Q = _channel(Q, what, copy=False)
+    k, outputs = Q.shape
+    parts = [("the log channel ln Q", 8 * k * (-(-outputs // 8) * 8)),
+             ("the k × k budget matrix", 8 * k * k)]
+    if not Q.flags.c_contiguous:
+        parts.append(("a contiguous copy of Q", 8 * Q.size))
+    memory.check(what, parts)
+    return _core.privacy_realized_budgets(np.ascontiguousarray(Q))
 
 
 def _epsilon(epsilon: Any) -> float:

@@ -35,7 +35,7 @@ class SparseRecovery(NamedTuple):
     """Why OMP stopped (see :class:`ldpdist.kernels.OmpResult`)."""
 
 
-@register
+@register("cp")
 class CompressivePrivatization(Mechanism):
     """Compressive privatization (Xiong, Huang, Mao, Wang & Ying, "Compressive Privatization:
     Sparse Distribution Estimation under Locally Differential Privacy", arXiv:2012.02081,
@@ -193,7 +193,7 @@ class CompressivePrivatization(Mechanism):
 
     def estimate(self, reports: Union[Reports, ReportBatch], decoder: str = "project", *,
                  sparsity: Optional[int] = None, on_invalid: str = "raise",
-                 model: str = "exact") -> np.ndarray:
+                 model: str = "exact", **options: Any) -> np.ndarray:
         """Estimate p from reports (Algorithm 1).
 
         Parameters
@@ -212,6 +212,10 @@ class CompressivePrivatization(Mechanism):
             OMP atoms (the paper's s). ``None``: stop at the noise level of n reports.
         model : {"exact", "paper"}
             See the class notes.
+        **options
+            None: another keyword (e.g. ``max_iter``, an option of ``"ibu"``, which
+            compressive privatization does not have) raises ``TypeError`` naming the
+            options above (:func:`ldpdist.decoders.check_options`).
 
         Returns
         -------
@@ -219,7 +223,11 @@ class CompressivePrivatization(Mechanism):
         """
         reports = self._typed_reports(reports, f"{type(self).__name__}.estimate")
         aggregator = self.aggregator().add(reports, on_invalid=on_invalid)
-        return aggregator.estimate(decoder, sparsity=sparsity, model=model)
+        return aggregator.estimate(decoder, sparsity=sparsity, model=model, **options)
+
+    def _decoder_options(self, decoder: str) -> Tuple[str, ...]:
+        """OMP's sparsity and the estimation model, with every decoder."""
+        return ("sparsity", "model")
 
     def _decode(self, counts: np.ndarray, n: int, decoder: str, *,
                 sparsity: Optional[int] = None, model: str = "exact") -> np.ndarray:
