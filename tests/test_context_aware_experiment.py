@@ -46,7 +46,7 @@ def mean_l1(rows):
     return {key: float(np.mean(v)) for key, v in values.items()}
 
 
-def test_the_grid_is_the_issue_s(quick):
+def test_the_grid_is_hr_and_rr_against_high_low_and_block_hr_at_k_10000_eps_1(quick):
     _, rows, _ = quick
     preset = PRESETS["context-aware"]
     assert preset.ks == (10_000,) and preset.epsilons == (1.0,)
@@ -126,3 +126,12 @@ def test_bounds_are_the_papers():
         math.sqrt(3 * 100 * c * c / 1e6) + math.sqrt(c * 10_000 / 1e6))
     assert ca.block_bound(10, 3, 1.0, 4.0) == pytest.approx(
         2 * c * math.sqrt(3 * (16 + 9 + 9) / 4.0))
+
+
+@pytest.mark.parametrize("epsilon", [0.5, 1.0, 2.0])
+def test_predicted_saving_is_the_ratio_of_the_sample_complexities(epsilon):
+    # plain LDP's k²/ε² over Theorem 3's s²/ε² + k/ε, at any ε (not only the preset's ε = 1)
+    k, s = 1000, 10
+    plain, high_low = k * k / epsilon**2, s * s / epsilon**2 + k / epsilon
+    assert ca.predicted_saving("high-low", k, s, epsilon) == pytest.approx(plain / high_low)
+    assert ca.predicted_saving("block", k, 7, epsilon) == 7.0

@@ -80,10 +80,10 @@ def block_bound(k: int, m: int, epsilon: float, n: float) -> float:
 
 
 def predicted_saving(structure: str, k: int, parameter: int, epsilon: float) -> float:
-    """The theorems' sample-size ratio to plain LDP, constants dropped: k²/(s² + k/ε) for
-    High-Low (Theorem 3 against k²/ε²… as the issue states it), m for Block (Theorem 4)."""
+    """The theorems' sample-size ratio to plain LDP, constants dropped: k²/(s² + kε) for
+    High-Low (plain LDP's k²/ε² over Theorem 3's s²/ε² + k/ε), m for Block (Theorem 4)."""
     if structure == "high-low":
-        return k * k / (parameter * parameter + k / epsilon)
+        return k * k / (parameter * parameter + k * epsilon)
     return float(parameter)
 
 
