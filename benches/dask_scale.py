@@ -9,7 +9,7 @@ runs them as tasks on ``--workers`` worker processes of ``--threads`` threads ea
 by a tree reduction. The counts of the two paths are checked to be identical.
 
     python3 benches/dask_scale.py --n 1e8            # ~1 minute on 2 cores
-    python3 benches/dask_scale.py --n 1e9            # the issue's size
+    python3 benches/dask_scale.py --n 1e9            # a billion users
     python3 benches/dask_scale.py --n 1e8 --scheduler tcp://host:8786   # a real cluster
 """
 

@@ -322,7 +322,7 @@ fn random_channel(seed: u64, k: usize, n: usize) -> Vec<f64> {
 }
 
 fn bench_privacy(c: &mut Criterion) {
-    // The target: verify at k = 2000, |Y| = 4000 under 1 s on 2 cores.
+    // Target: verify at k = 2000, |Y| = 4000 under 1 s on 2 cores.
     let (k, n) = (2000usize, 4000usize);
     let q = random_channel(19, k, n);
     let mut e = vec![1.0; k * k];
@@ -341,7 +341,7 @@ fn bench_privacy(c: &mut Criterion) {
     group.finish();
 }
 
-/// The target: d = 100, J = 10⁵ to a duality gap of 1e-6 in under 1 s on 2 cores.
+/// Target: d = 100, J = 10⁵ to a duality gap of 1e-6 in under 1 s on 2 cores.
 /// Columns: Gaussian, scaled to norm ≤ 1 (here all have norm 1: ‖g‖ ≈ 10 in d = 100).
 /// Outside: y = the mean of 5 columns + N(0, 0.3²) noise (distance ≈ 2.9 from the hull);
 /// inside: y = half a Dirichlet-weighted mix of 50 columns.

@@ -304,7 +304,7 @@ SIMPLEX_FAMILIES = ("random", "near-uniform", "few large")
 
 
 def simplex_input(family: str, k: int) -> np.ndarray:
-    """The three input families of issue 13: uniform [0, 1) entries; near-uniform with full
+    """The three input families of the performance table: uniform [0, 1) entries; near-uniform with full
     support, 1/k + N(0, (1/k)^2) (about 82 % of the entries in the support); ten entries in
     [1, 2) over N(0, 1e-3^2) noise."""
     rng = np.random.default_rng(3)

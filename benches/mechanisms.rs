@@ -411,7 +411,7 @@ fn bench_block_hadamard(c: &mut Criterion) {
     group.finish();
 }
 
-/// High-Low Hadamard Response at k = 10^4 (the targets: privatize ≥ 50 M reports/s on
+/// High-Low Hadamard Response at k = 10^4 (targets: privatize ≥ 50 M reports/s on
 /// 2 cores, decoding the counts ≤ 5 ms): every third value sensitive (S = 4096, 10 762
 /// outputs) and 100 sensitive values (S = 128); the value lookup by the rank table, and at
 /// k = 2^32 with 1000 sensitive values by binary search; aggregation + decoding of 10^7

@@ -1,4 +1,4 @@
-"""Issue 13's performance table in one run: each path timed in ldpdist, in a numpy (or named)
+"""The performance table (docs/generated/performance.md) in one run: each path timed in ldpdist, in a numpy (or named)
 peer doing the same job, and against a hardware bound on the same bytes (a single read, or
 a write/copy of the output).
 
@@ -11,8 +11,8 @@ a write/copy of the output).
                                                     # fragment, with the machine facts
                                                     # (python docs/generate.py does this)
 
-Sizes are stated per row; rates (reports/s, GB/s) make rows comparable with the issue's
-sizes when those would not fit in memory alongside a peer. Times are medians of
+Sizes are stated per row; rates (reports/s, GB/s) make rows comparable with larger
+sizes that would not fit in memory alongside a peer. Times are medians of
 ``--repeats`` calls (the first call of each path is a warm-up and not counted). Every peer's
 result is checked against ldpdist's where they compute the same thing (counts, projection,
 transform). Run on an idle machine: everything here is bandwidth- or core-bound.

@@ -1,5 +1,5 @@
 """Accuracy of compressive privatization with the structured Hadamard matrix against the
-balanced dense matrix (issue 12): mean l1 error of the projected estimate, same users for both.
+balanced dense matrix: mean l1 error of the projected estimate, same users for both.
 
 Each run draws one matrix seed (shared by the two mechanisms of that run), and for every
 distribution and n one set of true counts, which both mechanisms privatize with the exact-in-law

@@ -1,5 +1,5 @@
-"""Speed and memory of compressive privatization with the structured Hadamard matrix at large k
-(issue 12): construction, simulation of n users, decoding (OMP with s atoms + simplex
+"""Speed and memory of compressive privatization with the structured Hadamard matrix at large k:
+construction, simulation of n users, decoding (OMP with s atoms + simplex
 projection), privatization throughput, and the peak resident memory of the whole process.
 
 Each size runs in a fresh process so that its peak memory is its own:

@@ -230,7 +230,7 @@ def test_bad_parameters():
 
 
 @pytest.mark.parametrize("dist", ["unif:10", "geo:0.8"])
-def test_accuracy_within_the_issue_bound_of_the_balanced_dense_matrix(dist):
+def test_accuracy_within_1_2x_of_the_balanced_dense_matrix(dist):
     """The same users through both matrices at the paper's setting (k = 10^4, m = 500,
     ε = 0.5, n = 10^6): mean l1 error within 1.2× (measured 1.00 and 1.01 over 100 runs:
     benches/structured_cp_accuracy.py)."""

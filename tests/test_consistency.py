@@ -446,6 +446,8 @@ CASES = {
     "BlockHadamardResponse": dict(blocks=[1, 2, 3, 6], epsilon=1.0),
     "HighLowHadamardResponse": dict(k=12, epsilon=1.0, sensitive=[0, 1, 2]),
 }
+# a registered mechanism built from (k, ε) alone needs no entry
+CASES.update({name: dict(k=12, epsilon=1.0) for name in _REGISTRY if name not in CASES})
 
 
 def test_noise_model_from_a_mechanism_or_from_the_estimate():

@@ -125,7 +125,8 @@ def test_provenance_travels_with_the_collection(client):
     other = ldpdist.HadamardResponse(k=64, epsilon=2.0)
     values = np.random.default_rng(4).integers(0, 64, 3000)
     # chunks of block_size: no rechunk tasks, whose keys dask's scheduler can keep after
-    # a graph is submitted twice (dask issue 9888), which client.restart() then refuses
+    # a graph is submitted twice (a known dask scheduler bug), which client.restart() then
+    # refuses
     lazy = ldask.privatize(mechanism, da.from_array(values, chunks=1000), seed=3,
                            block_size=1000)
     assert isinstance(lazy._meta, ldpdist.Reports)

@@ -1,4 +1,4 @@
-"""Privacy and numerics at the edges (issue 8, item 4): one shared rule on ε for every
+"""Privacy and numerics at the edges: one shared rule on ε for every
 mechanism, messages that say what is wrong, and inputs that once slipped through."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The figure a newcomer looks at first (issue 8, item 6; issue 21, item 8).
+"""The figure a newcomer looks at first: every preset's plot is readable on its own.
 
 Each preset is reproduced once on its ``--tiny`` grid with 2 runs (about a second each), and
 the matplotlib Figure that ``plot`` saves is captured and inspected: log n axis, y limits

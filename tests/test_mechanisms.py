@@ -765,7 +765,7 @@ def assert_unchanged(agg):
 
 @pytest.mark.parametrize("cls", TYPED, ids=TYPED_IDS)
 def test_values_passed_for_reports_are_refused_with_a_clear_message(cls):
-    """The mix-up of issue 21: the users' values given where reports belong. For most index
+    """The mix-up once accepted silently: the users' values given where reports belong. For most index
     mechanisms values in [0, k) are valid reports, so without the type check they would be
     counted silently; the message says what was passed and how to declare real reports."""
     mech = typed_mechanism(cls)

@@ -1,4 +1,4 @@
-"""One-bit Hadamard Response (the sparse-estimation paper's Algorithm 1; issue 9, item 1):
+"""One-bit Hadamard Response (the sparse-estimation paper's Algorithm 1):
 the channel, exact unbiasedness with equal, unequal and empty groups, the sampler group by
 group, the groups (round-robin, continued, explicit), simulate's law, the paper's error bound
 at its experimental setting, determinism and bad input. The shared contract suite

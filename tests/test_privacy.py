@@ -1,4 +1,4 @@
-"""ldpdist.privacy: budget matrices and the exact E-LDP verifier (issue 10).
+"""ldpdist.privacy: budget matrices and the exact E-LDP verifier.
 
 The verifier (rust/privacy.rs) is held against a brute-force triple loop, the definition
 itself: amount = (ln Q(y|x) − ln Q(y|x')) − E[x, x'] over the constrained triples, the

@@ -142,7 +142,8 @@ def test_large_geometric_sequences():
 
 
 def family_input(family: str, k: int) -> np.ndarray:
-    """The input families of issue 13 and the hard cases."""
+    """The input families the performance table times (benches/kernels_vs_peers.py) and the
+    hard cases."""
     rng = np.random.default_rng(k)
     n = rng.standard_normal(k)
     if family == "uniform":

@@ -1,4 +1,4 @@
-"""Two-stage RAPPOR (issue 9, item 3): Algorithm 2 of the sparse-estimation paper with the
+"""Two-stage RAPPOR: Algorithm 2 of the sparse-estimation paper with the
 note's corrected ε/2 constants. Exact ε, exact (conditional) unbiasedness and the printed
 constants' bias, sampler fidelity, simulate's law and its agreement with privatize,
 determinism across thread counts, accuracy at the paper's setting, and bad input."""

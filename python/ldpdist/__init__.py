@@ -4,18 +4,12 @@ Each user privatizes one value on their own device (a *mechanism*); a server agg
 reports and *estimates* the distribution. The numerical core is Rust (``ldpdist._core``);
 this package is a thin numpy API over it.
 
-Mechanisms (``ldpdist.<Name>(k, epsilon)``; see ``ldpdist.mechanisms``)
------------------------------------------------------------------------
-RandomizedResponse, HadamardResponse, RAPPOR, OptimizedUnaryEncoding, OptimizedLocalHashing,
-SubsetSelection, and for sparse distributions CompressivePrivatization(k, epsilon, m, seed),
-OneBitHadamardResponse (one bit per user; decoder="sparse_project") and TwoStageRAPPOR
-(Algorithm 2 of the sparse-estimation paper)
-and PublicCoinHashing(k, bits, seed): ℓ-bit public-coin hashing (communication-limited, NOT
-private). Context-aware LDP (a budget per ordered pair of values, ``ldpdist.privacy``):
-AsymmetricBinaryResponse(epsilon_01, epsilon_10), the optimal binary mechanism;
-HighLowHadamardResponse(k, epsilon, sensitive) (only the sensitive values are protected);
-BlockHadamardResponse(blocks, epsilon) (ε inside each block of a partition, the block in the
-clear)
+Mechanisms
+----------
+One class per mechanism, ``ldpdist.<Name>(k, epsilon, ...)``, as registered in
+``ldpdist.mechanisms`` (``ldpdist.mechanisms.SHORT_NAMES`` gives the command line's short
+names); the mechanism pages of the documentation describe each and when to choose it:
+{mechanisms}
 
 Modules
 -------
@@ -49,42 +43,29 @@ ldpdist.errors
     Exception classes.
 """
 
+import textwrap as _textwrap
+
 from . import (consistency, decoders, empirical_bayes, errors, kernels, linear, mechanisms,
                memory, planner, privacy, reports, specs)
 from .errors import (DuplicateBatchError, IntegrityError, InternalError, SpecMismatchError)
 from .memory import memory_limit, set_memory_limit
 from .planner import Plan, PlanRow, plan
 from .reports import ReportBatch, Reports, read_reports, write_reports
-from .mechanisms import (
-    Aggregator,
-    AsymmetricBinaryResponse,
-    BlockHadamardResponse,
-    CompressivePrivatization,
-    HadamardResponse,
-    HighLowHadamardResponse,
-    Mechanism,
-    OneBitHadamardResponse,
-    OptimizedLocalHashing,
-    OptimizedUnaryEncoding,
-    PublicCoinHashing,
-    RAPPOR,
-    RandomizedResponse,
-    SubsetSelection,
-    TwoStageRAPPOR,
-    from_dict,
-)
+from .specs import from_json
+# Aggregator, Mechanism, from_dict and every registered mechanism class (the list lives in
+# ldpdist.mechanisms, one import line per mechanism)
+from .mechanisms import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Aggregator",
-    "AsymmetricBinaryResponse",
     "DuplicateBatchError",
     "IntegrityError",
     "ReportBatch",
     "Reports",
     "SpecMismatchError",
     "errors",
+    "from_json",
     "memory",
     "memory_limit",
     "privacy",
@@ -93,29 +74,20 @@ __all__ = [
     "set_memory_limit",
     "specs",
     "write_reports",
-    "BlockHadamardResponse",
-    "CompressivePrivatization",
-    "HadamardResponse",
-    "HighLowHadamardResponse",
     "InternalError",
-    "Mechanism",
-    "OneBitHadamardResponse",
     "Plan",
     "PlanRow",
     "plan",
     "planner",
-    "OptimizedLocalHashing",
-    "OptimizedUnaryEncoding",
-    "PublicCoinHashing",
-    "RAPPOR",
-    "RandomizedResponse",
-    "SubsetSelection",
-    "TwoStageRAPPOR",
     "consistency",
     "decoders",
-    "from_dict",
     "kernels",
     "linear",
     "mechanisms",
     "__version__",
 ]
+__all__ += mechanisms.__all__
+
+if __doc__ is not None:  # (None under python -OO) the registered mechanisms, listed above
+    __doc__ = __doc__.replace("{mechanisms}", _textwrap.fill(
+        ", ".join(specs.registered()), width=92, break_on_hyphens=False))

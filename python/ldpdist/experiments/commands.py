@@ -12,6 +12,7 @@ from typing import Any, List
 from ..decoders import ALL_DECODERS, SPARSE_DECODERS
 from ..mechanisms import SHORT_NAMES
 from ..errors import CliError
+from ..specs import registered
 from . import context_aware, frequency_consistency, linear_queries
 from .distributions import parse_distribution
 from .grid import Interrupted, Point, make_points, mechanism_key, run_grid, split_decoder
@@ -255,7 +256,10 @@ def register(subparsers: Any) -> None:
         "simulate", help="error vs n for any mechanisms/distribution grid (CSV + PNG)",
         description="Simulate mechanisms on a grid (exact in distribution, via simulate).")
     sim.add_argument("--mechanism", required=True,
-                     help="comma-separated: rr, rappor, ss, hr, oue, olh, cp (or class names)")
+                     help="comma-separated short names or class names: "
+                          + ", ".join(short for short, name in SHORT_NAMES.items()
+                                      if not registered()[name].context_aware)
+                          + " (context-aware mechanisms: the Python API)")
     sim.add_argument("--dist", required=True,
                      help="geo:LAMBDA, unif:S, zipf:A (comma-separated) or a .npy file")
     sim.add_argument("--k", help="number of values (set by a .npy distribution)")

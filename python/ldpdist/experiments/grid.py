@@ -14,17 +14,18 @@ import numpy as np
 
 from ..decoders import SPARSE_DECODERS, chosen_sparsity
 from ..mechanisms import SHORT_NAMES
+from ..specs import registered, registered_labels
 from .distributions import distribution_label, make_distribution, parse_distribution, support_for_mass
 
 COLUMNS = ("mechanism", "decoder", "distribution", "k", "m", "sparsity", "support", "epsilon",
            "n", "run", "l1", "l2", "seconds", "path")
-# short name -> class name; the CSV and the plots use the short (upper-case) names
+# short name -> class name; the CSV and the plots use the labels each mechanism registered
+# (@register("obhr", "1-bit HR"); by default the short name in upper case)
 _MECHANISMS = SHORT_NAMES
-_LABELS = {"rr": "RR", "rappor": "RAPPOR", "ss": "SS", "hr": "HR", "oue": "OUE", "olh": "OLH",
-           "cp": "CP", "obhr": "1-bit HR", "pch": "PCH", "tsrappor": "2-stage RAPPOR",
-           "hlhr": "HL-HR", "bhr": "Block HR", "abr": "ABR"}
+_LABELS = registered_labels()
 # mechanisms without privacy (and without ε)
-_NOT_PRIVATE = ("pch",)
+_NOT_PRIVATE = tuple(short for short, name in SHORT_NAMES.items()
+                     if not registered()[name].private)
 # the mechanism parameter shown in curve labels
 _PARAMETER_LABELS = {"bits": "ℓ", "sensitive": "s", "blocks": "m"}
 

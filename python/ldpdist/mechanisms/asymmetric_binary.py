@@ -44,7 +44,7 @@ def _spec_budget(value: float) -> Union[float, str]:
     return INFINITE_BUDGET if value == math.inf else value
 
 
-@register
+@register("abr")
 class AsymmetricBinaryResponse(Mechanism):
     """The optimal mechanism for binary values under two asymmetric budgets (Acharya,
     Bonawitz, Kairouz, Ramage & Sun, "Context-aware local differential privacy", ICML 2020,

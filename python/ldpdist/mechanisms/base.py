@@ -1,4 +1,5 @@
-"""The mechanism/estimator interface shared by every mechanism (see DESIGN.md).
+"""The mechanism/estimator interface shared by every mechanism: :class:`Mechanism`, and
+:class:`BitVectorMechanism` for the mechanisms whose reports are packed bit vectors.
 
 A mechanism object holds public parameters only; it is cheap, immutable, comparable, and
 serializable with :meth:`Mechanism.to_dict` / :func:`from_dict` so that clients and server

@@ -17,7 +17,7 @@ from .base import Mechanism
 _SHOWN_BLOCKS = 12
 
 
-@register
+@register("bhr", "Block HR")
 class BlockHadamardResponse(Mechanism):
     """Block Hadamard Response (Acharya, Kairouz, Liu & Sun 2020, "Context-aware local
     differential privacy", Section 6.1): distribution estimation under (P, ε)-block-structured

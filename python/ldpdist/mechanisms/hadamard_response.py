@@ -12,7 +12,7 @@ from ..specs import register
 from .base import Mechanism
 
 
-@register
+@register("hr")
 class HadamardResponse(Mechanism):
     """Hadamard Response (Acharya, Sun & Zhang 2018), the general (b, B) construction.
 

@@ -13,7 +13,7 @@ from ..specs import register
 from .base import Mechanism
 
 
-@register
+@register("hlhr", "HL-HR")
 class HighLowHadamardResponse(Mechanism):
     """High-Low Hadamard Response (Acharya, Bonawitz, Kairouz, Ramage & Sun, "Context-aware
     local differential privacy", ICML 2020, Section 5.1, eqs. (13)–(19), with the corrections

@@ -10,7 +10,7 @@ from ..specs import register
 from .base import Mechanism
 
 
-@register
+@register("olh")
 class OptimizedLocalHashing(Mechanism):
     """Optimized Local Hashing (Wang, Blocki, Li & Jha 2017), with an exact hash family.
 

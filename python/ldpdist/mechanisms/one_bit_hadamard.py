@@ -15,7 +15,7 @@ from .aggregator import Aggregator
 from .base import Mechanism, values_array
 
 
-@register
+@register("obhr", "1-bit HR")
 class OneBitHadamardResponse(Mechanism):
     """One-bit Hadamard Response (Acharya, Kairouz, Liu & Sun 2021, Algorithm 1; after
     Acharya & Sun 2019): every user sends ONE bit, and the server decodes with one fast

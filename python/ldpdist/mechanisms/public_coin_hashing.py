@@ -15,7 +15,7 @@ from ..specs import register
 from .base import Mechanism, _native, values_array
 
 
-@register
+@register("pch")
 class PublicCoinHashing(Mechanism):
     """ℓ-bit public-coin hashing with the two-stage estimator (Acharya, Kairouz, Liu & Sun,
     "Estimating sparse discrete distributions under privacy and communication constraints",

@@ -9,7 +9,7 @@ from ..specs import register
 from .base import Mechanism
 
 
-@register
+@register("rr")
 class RandomizedResponse(Mechanism):
     """k-ary randomized response (Kairouz, Oh & Viswanath 2014).
 

@@ -16,7 +16,7 @@ from ..specs import register
 from .base import BitVectorMechanism, values_array
 
 
-@register
+@register("tsrappor", "2-stage RAPPOR")
 class TwoStageRAPPOR(BitVectorMechanism):
     """Two-stage RAPPOR for s-sparse distributions (Acharya, Kairouz, Liu & Sun 2021,
     "Estimating sparse discrete distributions under privacy and communication constraints",

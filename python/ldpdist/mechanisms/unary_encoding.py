@@ -9,7 +9,7 @@ from ..specs import register
 from .base import BitVectorMechanism
 
 
-@register
+@register("rappor")
 class RAPPOR(BitVectorMechanism):
     """Basic one-time RAPPOR (Erlingsson, Pihur & Korolova 2014), as used as a baseline by
     Acharya, Sun & Zhang 2018.
@@ -69,7 +69,7 @@ class RAPPOR(BitVectorMechanism):
         return float(a), float(b)
 
 
-@register
+@register("oue")
 class OptimizedUnaryEncoding(BitVectorMechanism):
     """Optimized Unary Encoding, OUE (Wang, Blocki, Li & Jha 2017, "Locally differentially
     private protocols for frequency estimation").
