@@ -21,18 +21,28 @@ the mechanism's realized channel (``mechanism.estimator_variance(p, n)``). From 
     The raw decoder's ℓ1 and top-t errors of the other mechanisms:
     ``Σ_x sqrt(2 Var p̂_x / π)``, the mean absolute value of a normal variable of that
     variance (one-bit HR's estimate averages the bits of K groups, so it is close to normal).
+``simulation``
+    Every other row of randomized response, Hadamard Response, RAPPOR and optimized unary
+    encoding (and of subset selection up to k = 256 and n = 10^5): the decoder itself is
+    applied to seeded *exact simulations* of n users drawn from p
+    (``mechanism.simulate`` on multinomial counts, exact in law; for these mechanisms a
+    simulation costs about as much as a surrogate draw whatever n), and the metric is
+    averaged over the draws. The iterative Bayesian update is predicted this way on request.
 ``surrogate``
-    Every other row (post-processing decoders: projections, sparse projection, the
-    consistency family, empirical Bayes; and every ℓ∞ error): the decoder itself is applied to
+    Every other row of the other mechanisms (post-processing decoders: projections, sparse
+    projection, the consistency family; and every ℓ∞ error): the decoder is applied to
     seeded draws of a *surrogate* raw estimate whose coordinates are independent with the
     exact marginal law (pure frequency oracles: the scaled binomial above; other mechanisms:
-    normal with the exact variance), and the metric is averaged over the draws. Where the raw
-    estimate sums to exactly 1 (randomized response and subset selection: every report
-    supports the same number of values), each draw is conditioned on that sum as a normal
-    vector would be (``p̃ ← p̃ − v (Σp̃ − 1)/Σv``, v the variances). The
-    surrogate ignores the (weak) correlation between the coordinates of one estimate; the
-    docs page *Planning* measures what that costs against full simulations on a validation
-    grid, and ``tests/test_planner.py`` holds the tolerances.
+    normal with the exact variance). Where the raw estimate sums to exactly 1 (subset
+    selection: every report supports the same number of values), each draw is conditioned
+    on that sum as a normal vector would be (``p̃ ← p̃ − v (Σp̃ − 1)/Σv``, v the variances).
+    The surrogate ignores the (weak) correlation between the coordinates of one estimate;
+    the docs page *Planning* measures what that costs against full simulations on a
+    validation grid, and ``tests/test_planner.py`` holds the tolerances.
+
+Draws continue until the best decoder's mean has a relative standard error of
+:data:`DRAW_PRECISION`, within a budget; the first row is then refined with a larger one
+(some decoders' error varies widely between runs), and every row states its precision.
 
 When the true distribution is unknown (``distribution=None``), the planner uses the uniform
 distribution over the k values, or over ``sparsity`` values when it is given: for the
@@ -46,7 +56,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -65,6 +75,18 @@ PLANNED_MECHANISMS = ("RandomizedResponse", "HadamardResponse", "RAPPOR",
                       "OptimizedUnaryEncoding", "OptimizedLocalHashing", "SubsetSelection",
                       "OneBitHadamardResponse")
 
+#: Planned when named in ``mechanisms`` (each of its rows costs seconds of simulation):
+#: compressive privatization, one row per report size in :data:`COMPRESSIVE_REPORT_SIZES`
+#: below k, with the public matrix seed :data:`COMPRESSIVE_SEED`, decoded by orthogonal
+#: matching pursuit (``"raw"``) and its projections, up to :data:`COMPRESSIVE_MAX_K` values.
+OPT_IN_MECHANISMS = ("CompressivePrivatization",)
+COMPRESSIVE_REPORT_SIZES = (2**8, 2**10, 2**12)
+COMPRESSIVE_SEED = 0
+COMPRESSIVE_DECODERS = ("raw", "project", "sparse_project")
+COMPRESSIVE_MAX_K = 2**16
+#: Exact simulations per compressive row (its recovery runs OMP on every draw).
+COMPRESSIVE_DRAWS = 16
+
 #: Mechanisms whose raw estimate sums to exactly 1 (``tests/test_planner.py`` checks it).
 SUMS_TO_ONE = ("RandomizedResponse", "SubsetSelection")
 
@@ -72,7 +94,39 @@ SUMS_TO_ONE = ("RandomizedResponse", "SubsetSelection")
 #: post-processing of the raw estimate, and ``empirical_bayes``, whose surrogate prediction
 #: was off by more than 30% on sparse distributions in the validation (its fitted prior
 #: feels the correlations the surrogate leaves out) and whose fit costs about 0.2 s per draw.
-UNMODELED_DECODERS = ("ibu",) + _decoders.TWO_STAGE_DECODERS + ("empirical_bayes",)
+UNMODELED_DECODERS = _decoders.TWO_STAGE_DECODERS + ("empirical_bayes",)
+
+#: Mechanisms whose exact-in-law simulation (``mechanism.simulate``) costs about as much as
+#: a surrogate draw (O(k) or O(K), whatever n): their draws are exact simulations of n users
+#: drawn from p (module doc), which the iterative Bayesian update also needs.
+EXACTLY_SIMULATED = ("RandomizedResponse", "HadamardResponse", "RAPPOR",
+                     "OptimizedUnaryEncoding")
+
+#: Subset selection's simulation costs O(n) with a large constant; its draws are exact
+#: simulations up to these sizes.
+SUBSET_SELECTION_SIMULATED = dict(k=2**8, n=10**5)
+
+#: The iterative Bayesian update is predicted on request (``decoders=[..., "ibu"]``): each
+#: of its draws runs the EM to convergence (hundreds to thousands of O(k) steps, seconds at
+#: small n), so it is predicted from at most :data:`IBU_DRAWS` exact simulations, for the
+#: mechanisms of :data:`EXACTLY_SIMULATED` up to :data:`IBU_MAX_K` values.
+IBU_DRAWS = 16
+IBU_MAX_K = 2**12
+OPT_IN_DECODERS = ("ibu",)
+
+#: The prediction methods that average over seeded draws (module doc).
+DRAWN_METHODS = ("simulation", "surrogate")
+
+
+def simulated_exactly(mechanism: Any, n: int) -> bool:
+    """Whether the planner's draws for ``mechanism`` at n users are exact simulations."""
+    name = type(mechanism).__name__
+    if name == "CompressivePrivatization":
+        return True
+    if name == "SubsetSelection":
+        return (mechanism.k <= SUBSET_SELECTION_SIMULATED["k"]
+                and n <= SUBSET_SELECTION_SIMULATED["n"])
+    return name in EXACTLY_SIMULATED
 
 _LARGEST_N = 10**15
 
@@ -100,12 +154,17 @@ class PlanRow:
         Users needed to reach the target (None without a target; ``-1`` when the target is
         out of reach below 10^15 users).
     method : str
-        How ``error`` was predicted: ``exact``, ``normal`` or ``surrogate`` (module doc).
+        How ``error`` was predicted: ``exact``, ``normal``, ``simulation`` or ``surrogate``
+        (module doc).
     server_ops : float
         Order-of-magnitude count of the server's elementary operations to aggregate n
         reports (or n_needed) and decode.
     realized_epsilon : float
         The mechanism's realized ε (never above the request).
+    error_precision : float
+        Relative standard error of ``error`` from the finite number of draws (0 for the
+        ``exact`` and ``normal`` methods). The first row's is refined to at most
+        :data:`DRAW_PRECISION` where the draw budget allows.
     """
 
     rank: int
@@ -118,6 +177,7 @@ class PlanRow:
     method: str
     server_ops: float
     realized_epsilon: float
+    error_precision: float = 0.0
 
 
 @dataclass
@@ -236,10 +296,38 @@ def mean_error(per_draw: np.ndarray, kind: str) -> float:
 
 def _mechanism_class(name: str) -> type:
     full = SHORT_NAMES.get(name.lower(), name)
-    if full not in PLANNED_MECHANISMS:
+    if full not in PLANNED_MECHANISMS + OPT_IN_MECHANISMS:
         raise ValueError(f"mechanism {name!r} is not planned (choose from "
-                         f"{', '.join(PLANNED_MECHANISMS)} or their short names)")
+                         f"{', '.join(PLANNED_MECHANISMS + OPT_IN_MECHANISMS)} or their short "
+                         f"names)")
     return getattr(_mechanisms, full)
+
+
+def _is_compressive(mechanism: Any) -> bool:
+    return type(mechanism).__name__ == "CompressivePrivatization"
+
+
+def planned_instances(name: str, k: int, epsilon: float) -> List[Any]:
+    """The mechanisms a name stands for in a plan at (k, ε): one, or one per report size for
+    compressive privatization; none where the mechanism does not take this k."""
+    cls = _mechanism_class(name)
+    try:
+        if cls.__name__ != "CompressivePrivatization":
+            return [cls(k, epsilon)]
+        if k > COMPRESSIVE_MAX_K:
+            return []
+        return [cls(k, epsilon, m, COMPRESSIVE_SEED) for m in COMPRESSIVE_REPORT_SIZES
+                if m < k]
+    except ValueError:
+        return []  # outside this mechanism's range (e.g. OLH above 2^23 values)
+
+
+def rebuild(row: Dict[str, Any], k: int, epsilon: float) -> Any:
+    """The mechanism of a plan row."""
+    cls = _mechanism_class(row["mechanism"])
+    if cls.__name__ == "CompressivePrivatization":
+        return cls(k, epsilon, row["parameters"]["m"], COMPRESSIVE_SEED)
+    return cls(k, epsilon)
 
 
 def report_bits(mechanism: Any) -> int:
@@ -263,6 +351,8 @@ def mechanism_parameters(mechanism: Any) -> Dict[str, Any]:
         return {"g": int(mechanism.g)}
     if name == "SubsetSelection":
         return {"d": int(mechanism.d)}
+    if name == "CompressivePrivatization":
+        return {"m": int(mechanism.m), "seed": int(mechanism.seed)}
     return {}
 
 
@@ -279,6 +369,8 @@ def server_ops(mechanism: Any, decoder: str, n: int) -> float:
     elif name == "OptimizedLocalHashing":
         g, t = int(mechanism.g), int(mechanism.t)
         raw = min(t * float(g) ** (t + 2), float(g) ** t * k)
+    elif name == "CompressivePrivatization":
+        raw = size * k * math.log2(max(size, 2.0))   # OMP: about log m atoms, m k each
     else:
         raw = float(k)
     post = 0.0 if decoder == "raw" else k * math.log2(max(k, 2))
@@ -363,6 +455,24 @@ def surrogate_raw(mechanism: Any, p: np.ndarray, n: int, draws: int,
     return raw
 
 
+def surrogate_draws(mechanism: Any, p: np.ndarray, n: int, draws: int,
+                    rng: np.random.Generator) -> Iterator[Tuple[np.ndarray, Any]]:
+    """``draws`` pairs (raw estimate, aggregate): exact simulations of n users drawn from p
+    where :func:`simulated_exactly` (the aggregate is the simulation's),
+    :func:`surrogate_raw` draws otherwise (aggregate None)."""
+    if not simulated_exactly(mechanism, n):
+        for raw in surrogate_raw(mechanism, p, n, draws, rng):
+            yield raw, None
+        return
+    for _ in range(draws):
+        aggregate = mechanism.simulate(rng.multinomial(n, p),
+                                       seed=int(rng.integers(2**63)))
+        # compressive privatization's raw estimate is its OMP recovery: decoded per decoder
+        raw = (None if _is_compressive(mechanism)
+               else mechanism._core.estimate_raw(aggregate.counts, aggregate.n))
+        yield raw, aggregate
+
+
 def post_process(mechanism: Any, raw: np.ndarray, n: int, decoder: str,
                  sparsity: Optional[int] = None) -> np.ndarray:
     """Apply a post-processing decoder to one raw estimate, as ``estimate`` would."""
@@ -384,54 +494,85 @@ _COMPOSED = {"power_ns": ("power", kernels.project_simplex)}
 #: more from draw to draw; a noisy prediction would favour rows by luck).
 DRAW_PRECISION = 0.03
 MAX_DRAWS = 128
+MAX_DRAWN_VALUES = 2**19
+
+#: The recommended row's prediction is refined to :data:`DRAW_PRECISION` with a larger
+#: budget: some decoders' error varies widely from draw to draw (Power on a flat
+#: distribution: a standard deviation above the mean), and the first row is the one a user
+#: acts on.
+REFINED_MAX_DRAWS = 1024
+REFINED_MAX_DRAWN_VALUES = 2**20
 
 
-def _draws_for_precision(per_draw: Dict[str, List[float]], k: int) -> int:
+def relative_standard_error(values: Sequence[float], kind: str = "l1") -> float:
+    """Standard error of :func:`mean_error` of the per-draw errors ``values``, relative to
+    it (0 for one value or a zero mean); for ℓ2, half that of the mean square (delta
+    method)."""
+    values = np.asarray(values, dtype=np.float64)
+    if kind == "l2":
+        return 0.5 * relative_standard_error(values * values)
+    mean = float(values.mean()) if values.size else 0.0
+    if values.size < 2 or mean <= 0:
+        return 0.0
+    return float(np.std(values, ddof=1)) / mean / math.sqrt(values.size)
+
+
+def _draws_for_precision(per_draw: Dict[str, List[float]], k: int, max_draws: int,
+                         max_values: int) -> int:
     """Draws that bring the best decoder's mean to :data:`DRAW_PRECISION` relative standard
-    error, at most :data:`MAX_DRAWS` (fewer for large k: at most about 2^19 coordinates)."""
+    error, at most ``max_draws`` (fewer for large k: at most about ``max_values``
+    coordinates in all)."""
     best = min(per_draw.values(), key=lambda values: float(np.mean(values)))
     mean = float(np.mean(best))
     if mean <= 0 or len(best) < 2:
         return len(best)
     variation = float(np.std(best, ddof=1)) / mean
     wanted = int(math.ceil((variation / DRAW_PRECISION) ** 2))
-    return int(min(wanted, MAX_DRAWS, max(len(best), 2**19 // max(k, 1))))
+    return int(min(wanted, max_draws, max(len(best), max_values // max(k, 1))))
 
 
 def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,
                    metric: str = "l1", *, sparsity: Optional[int] = None,
-                   draws: Optional[int] = None, seed: int = 0) -> Dict[str, Tuple[float, str]]:
+                   draws: Optional[int] = None, seed: int = 0,
+                   refined: bool = False) -> Dict[str, Tuple[float, str, float]]:
     """Predicted error of ``mechanism`` with each of ``decoders`` from n users drawn from p.
 
-    Returns ``{decoder: (error, method)}`` (method: ``exact``, ``normal`` or ``surrogate``;
-    module doc). ``metric`` as in :func:`plan`. The surrogate decoders share ``draws`` draws
-    from ``numpy.random.default_rng(seed)``, so their differences are not blurred by
-    different noise. By default, :func:`default_draws` first, then more until the best
-    decoder's mean has :data:`DRAW_PRECISION` relative standard error (at most
-    :data:`MAX_DRAWS`).
+    Returns ``{decoder: (error, method, relative standard error)}`` (method: ``exact``,
+    ``normal``, ``simulation`` or ``surrogate``, module doc; the standard error is 0 for
+    the first two).
+    ``metric`` as in :func:`plan`. The surrogate decoders share ``draws`` draws from
+    ``numpy.random.default_rng(seed)``, so their differences are not blurred by different
+    noise. By default, :func:`default_draws` first, then more until the best decoder's mean
+    has :data:`DRAW_PRECISION` relative standard error (at most :data:`MAX_DRAWS` draws and
+    :data:`MAX_DRAWN_VALUES` values; with ``refined``, :data:`REFINED_MAX_DRAWS` and
+    :data:`REFINED_MAX_DRAWN_VALUES`).
     """
     p = _distribution_array(p, mechanism.k)
     n = integer(n, "n", minimum=1)
     kind, t = parse_metric(metric, mechanism.k)
     top = top_values(p, t) if kind == "top" else None
-    results: Dict[str, Tuple[float, str]] = {}
+    results: Dict[str, Tuple[float, str, float]] = {}
     surrogate = []
     for decoder in decoders:
-        if decoder in UNMODELED_DECODERS:
-            raise ValueError(f"the planner does not model decoder {decoder!r}")
-        if decoder == "raw" and kind == "l2":
+        if not modeled(mechanism, decoder):
+            raise ValueError(f"the planner does not model decoder {decoder!r} for "
+                             f"{type(mechanism).__name__} at k = {mechanism.k}")
+        if _is_compressive(mechanism):
+            surrogate.append(decoder)   # no variance formula: every decoder from draws
+        elif decoder == "raw" and kind == "l2":
             results[decoder] = (float(math.sqrt(float(np.sum(
-                mechanism.estimator_variance(p, n))))), "exact")
+                mechanism.estimator_variance(p, n))))), "exact", 0.0)
         elif decoder == "raw" and kind != "linf":
             absolute, method = raw_absolute_errors(mechanism, p, n)
             results[decoder] = (float(absolute.sum() if kind == "l1" else absolute[top].sum()),
-                                method)
+                                method, 0.0)
         else:
             surrogate.append(decoder)
     if not surrogate:
         return results
-    adaptive = draws is None
-    draws = default_draws(mechanism.k) if draws is None else integer(draws, "draws", minimum=1)
+    adaptive = draws is None and not _is_compressive(mechanism)
+    draws = ((COMPRESSIVE_DRAWS if _is_compressive(mechanism) else default_draws(mechanism.k))
+             if draws is None else integer(draws, "draws", minimum=1))
     rng = np.random.default_rng(seed)
     per_draw: Dict[str, List[float]] = {decoder: [] for decoder in surrogate}
     # a few draws at a time: bounded memory whatever k
@@ -442,26 +583,45 @@ def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,
             if not adaptive:
                 break
             adaptive = False
-            draws = max(draws, _draws_for_precision(per_draw, mechanism.k))
+            budget = ((REFINED_MAX_DRAWS, REFINED_MAX_DRAWN_VALUES) if refined
+                      else (MAX_DRAWS, MAX_DRAWN_VALUES))
+            tracked = {name: values for name, values in per_draw.items()
+                       if name not in OPT_IN_DECODERS} or per_draw
+            draws = max(draws, _draws_for_precision(tracked, mechanism.k, *budget))
             if done >= draws:
                 break
-        batch = surrogate_raw(mechanism, p, n, min(chunk, draws - done), rng)
-        for raw in batch:
+        batch = list(surrogate_draws(mechanism, p, n, min(chunk, draws - done), rng))
+        for raw, aggregate in batch:
             outputs: Dict[str, np.ndarray] = {}
             for decoder in surrogate:
                 base, then = _COMPOSED.get(decoder, (None, None))
                 if base is not None and base in surrogate:
                     continue  # from its base's output, below
+                if _is_compressive(mechanism):
+                    outputs[decoder] = mechanism._decode(aggregate.counts, n, decoder,
+                                                         sparsity=sparsity)
+                    continue
+                if decoder == "ibu":
+                    if len(per_draw[decoder]) >= IBU_DRAWS:
+                        continue
+                    outputs[decoder] = _decoders.iterative_bayesian_update(
+                        mechanism, aggregate.counts, n).estimate
+                    continue
                 used = sparsity if decoder in _decoders.SPARSE_DECODERS else None
                 outputs[decoder] = post_process(mechanism, raw, n, decoder, used)
             for decoder in surrogate:
                 base, then = _COMPOSED.get(decoder, (None, None))
+                if decoder == "ibu" and decoder not in outputs:
+                    continue
                 if decoder not in outputs:
                     outputs[decoder] = then(outputs[base])
                 per_draw[decoder].append(float(errors_of(outputs[decoder], p, kind, top)[0]))
-        done += batch.shape[0]
+        done += len(batch)
+    method = "simulation" if simulated_exactly(mechanism, n) else "surrogate"
     for decoder in surrogate:
-        results[decoder] = (mean_error(np.array(per_draw[decoder]), kind), "surrogate")
+        values = np.array(per_draw[decoder])
+        results[decoder] = (mean_error(values, kind), method,
+                            relative_standard_error(values, kind))
     return results
 
 
@@ -470,7 +630,7 @@ def predict_error(mechanism: Any, decoder: str, p: Any, n: int, metric: str = "l
                   seed: int = 0) -> Tuple[float, str]:
     """:func:`predict_errors` for one decoder: ``(error, method)``."""
     return predict_errors(mechanism, [decoder], p, n, metric, sparsity=sparsity,
-                          draws=draws, seed=seed)[decoder]
+                          draws=draws, seed=seed)[decoder][:2]
 
 
 def users_needed(mechanism: Any, decoder: str, p: np.ndarray, target: float, metric: str,
@@ -566,11 +726,24 @@ def reference_distribution(k: int, distribution: Any = None,
 SKIPPED_DECODERS = tuple(_decoders.ALIASES) + ("post_pos",)
 
 
-def candidate_decoders(mechanism: Any, sparsity: Optional[int]) -> List[str]:
-    """The decoders the planner ranks for ``mechanism``: every decoder it accepts except
-    those in :data:`UNMODELED_DECODERS` and :data:`SKIPPED_DECODERS`."""
+def modeled(mechanism: Any, decoder: str) -> bool:
+    """Whether the planner predicts ``decoder``'s error for ``mechanism``."""
+    if _is_compressive(mechanism):
+        return decoder in COMPRESSIVE_DECODERS
+    if decoder == "ibu":
+        return type(mechanism).__name__ in EXACTLY_SIMULATED and mechanism.k <= IBU_MAX_K
+    return decoder not in UNMODELED_DECODERS
+
+
+def candidate_decoders(mechanism: Any, sparsity: Optional[int],
+                       requested: Optional[Sequence[str]] = None) -> List[str]:
+    """The decoders the planner ranks for ``mechanism``: every decoder it accepts and
+    models (:func:`modeled`) except those in :data:`SKIPPED_DECODERS`, and except those of
+    :data:`OPT_IN_DECODERS` unless ``requested``; restricted to ``requested`` when given."""
     return [name for name in getattr(mechanism, "decoders", _decoders.DECODERS)
-            if name not in UNMODELED_DECODERS and name not in SKIPPED_DECODERS]
+            if modeled(mechanism, name) and name not in SKIPPED_DECODERS
+            and (name in requested if requested is not None
+                 else name not in OPT_IN_DECODERS)]
 
 
 def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[float] = None,
@@ -602,12 +775,15 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
         Drop mechanisms whose reports are longer.
     mechanisms : sequence of str, optional
         Restrict to these (class or short names, e.g. ``["hr", "olh"]``); default
-        :data:`PLANNED_MECHANISMS`.
+        :data:`PLANNED_MECHANISMS`. Name ``"cp"`` to add compressive privatization
+        (:data:`OPT_IN_MECHANISMS`: one row per report size in
+        :data:`COMPRESSIVE_REPORT_SIZES`).
     distribution : array of shape (k,) or str, optional
         The distribution to plan for (a pilot estimate, or a shape ``"zipf:1.1"``,
         ``"geo:0.9"``, ``"unif:20"``); default: uniform (see ``sparsity``).
     decoders : sequence of str, optional
-        Restrict to these decoders.
+        Restrict to these decoders. ``"ibu"`` is ranked only when named here (for randomized
+        response, Hadamard Response, RAPPOR and OUE, k <= 4096: :data:`IBU_MAX_K`).
     seed : int
         Seed of the surrogate draws (the plan is deterministic for a seed).
 
@@ -642,29 +818,24 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
     if not names:
         raise ValueError("mechanisms is empty")
     rows: List[Dict[str, Any]] = []
-    for name in names:
-        cls = _mechanism_class(name)
-        try:
-            mechanism = cls(k, epsilon)
-        except ValueError:
-            continue  # outside this mechanism's range (e.g. OLH above 2^23 values)
+    for mechanism in [m for name in names for m in planned_instances(name, k, epsilon)]:
         bits = report_bits(mechanism)
         if max_report_bits is not None and bits > max_report_bits:
             continue
         groups = getattr(mechanism, "num_groups", None)
         if groups is not None and n is not None and n < groups:
             continue  # one-bit HR is biased unless every one of its K groups has a user
-        offered = candidate_decoders(mechanism, sparsity)
-        chosen = offered if decoders is None else [d for d in offered if d in decoders]
+        chosen = candidate_decoders(mechanism, sparsity, decoders)
         predicted = ({} if n is None else
                      predict_errors(mechanism, chosen, p, n, metric, sparsity=sparsity,
                                     seed=seed))
         for decoder in chosen:
-            used_sparsity = sparsity if decoder in _decoders.SPARSE_DECODERS else None
+            used_sparsity = (sparsity if decoder in _decoders.SPARSE_DECODERS
+                             or _is_compressive(mechanism) else None)
             parameters = dict(mechanism_parameters(mechanism))
             if used_sparsity is not None:
                 parameters["sparsity"] = used_sparsity
-            error, method = predicted.get(decoder, (None, None))
+            error, method, precision = predicted.get(decoder, (None, None, 0.0))
             needed = None
             if target is not None:
                 needed = users_needed(mechanism, decoder, p, target, metric,
@@ -679,7 +850,8 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
                              parameters=parameters, report_bits=bits, error=error,
                              n_needed=needed, method=method,
                              server_ops=server_ops(mechanism, decoder, users),
-                             realized_epsilon=float(mechanism.realized_epsilon)))
+                             realized_epsilon=float(mechanism.realized_epsilon),
+                             error_precision=precision))
     if not rows:
         raise ValueError("no mechanism fits the constraints (max_report_bits, mechanisms, "
                          "decoders)")
@@ -691,9 +863,35 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
         return (math.inf if needed == -1 else needed, row["report_bits"])
 
     rows.sort(key=key)
+    if n is not None:
+        rows = _refine_first(rows, key, p, n, epsilon, metric, seed)
     ranked = [PlanRow(rank=i + 1, **row) for i, row in enumerate(rows)]
     return Plan(k=k, epsilon=epsilon, n=n, target=target, metric=metric, distribution=label,
                 rows=ranked)
+
+
+def _refine_first(rows: List[Dict[str, Any]], key: Callable[[Dict[str, Any]], Any],
+                  p: np.ndarray, n: int, epsilon: float, metric: str,
+                  seed: int) -> List[Dict[str, Any]]:
+    """Re-predict the first row with the refined draw budget until the first row is one
+    already refined (a refined prediction can move a row down; at most a few rounds)."""
+    refined = set()
+    for _ in range(4):
+        first = rows[0]
+        name = (first["mechanism"], first["decoder"])
+        if first["method"] not in DRAWN_METHODS or name in refined or name[1] == "ibu" \
+                or first["mechanism"] in OPT_IN_MECHANISMS \
+                or first["error_precision"] <= DRAW_PRECISION:
+            break
+        mechanism = rebuild(first, len(p), epsilon)
+        sparsity = first["parameters"].get("sparsity")
+        error, _, precision = predict_errors(mechanism, [first["decoder"]], p, n, metric,
+                                             sparsity=sparsity, seed=seed,
+                                             refined=True)[first["decoder"]]
+        first.update(error=error, error_precision=precision)
+        refined.add(name)
+        rows.sort(key=key)
+    return rows
 
 
 # -- command line -----------------------------------------------------------------------------
@@ -742,13 +940,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-report-bits", dest="max_report_bits", type=int, metavar="BITS",
                    help="drop mechanisms whose reports are longer")
     p.add_argument("--mechanisms", metavar="LIST",
-                   help="comma-separated short or class names (default: all planned)")
-    p.add_argument("--decoders", metavar="LIST", help="comma-separated decoder names")
+                   help="comma-separated short or class names (default: all planned but "
+                        "compressive privatization, cp, which is planned when named)")
+    p.add_argument("--decoders", metavar="LIST",
+                   help="comma-separated decoder names (ibu is ranked only when named)")
     p.add_argument("--distribution", metavar="DIST",
                    help="plan for this distribution: geo:λ, zipf:a, unif:s or a .npy file "
                         "(default: uniform)")
     p.add_argument("--limit", type=int, default=None, metavar="ROWS",
                    help="print only the best ROWS rows")
-    p.add_argument("--seed", type=int, default=0, help="seed of the surrogate draws")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the simulated and surrogate draws")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_plan)
