@@ -1,0 +1,703 @@
+"""PEM, the prefix extension method (Wang, Li, Lopuhaä-Zwakenberg, Chen & Jha, "Locally
+Differentially Private Heavy Hitter Identification", IEEE TDSC 2021), over the hashed domain
+of :mod:`ldpdist.heavy_hitters.items`, with an exact OLH frequency oracle per group."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+import threading
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+import numpy as np
+
+from .. import memory
+from .._validation import integer, shown
+from ..errors import IntegrityError, SpecMismatchError
+from ..mechanisms.base import check_epsilon
+from ..specs import canonical_json, fingerprint as spec_fingerprint, parse_json
+from ..typed_reports import Reports, check_reports
+from .items import HASH_VERSION, _item_list, hash_items
+
+__all__ = ["PEM", "PEMAggregator", "ItemFrequencies", "from_dict"]
+
+SPEC_FORMAT = 1
+#: Largest prime modulus of the OLH hash: digits and hashed values are stored in one byte.
+MAX_G = 251
+#: At most this many candidates are estimated in one round (the first round enumerates all
+#: ``2**start_bits`` prefixes, the others ``top * 2**step_bits``).
+MAX_CANDIDATES = 2**20
+_PRIMES = [p for p in range(2, MAX_G + 1) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
+_UNIT = 2**53  # the keep probability is a multiple of 2**-53 (a 53-bit uniform draw)
+_CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
+_STATE_MAGIC = b"LDPDIST-HH-STATE\n"
+
+
+def _keep_threshold(epsilon: float, g: int) -> int:
+    """M such that a user keeps the true hash with probability exactly ``M / 2**53``: the
+    largest multiple of 2**-53 at least 4 units below ``e^ε / (e^ε + g - 1)``, so that the
+    realized ε never exceeds ε (the rounding of the float formula is at most 1 unit)."""
+    e = math.exp(epsilon)
+    p = e / (e + g - 1) if math.isfinite(e) else 1.0
+    return max(0, math.floor(p * _UNIT) - 4)
+
+
+def _variance_factor(M: int, g: int) -> float:
+    """OLH's variance factor ``q (1 - q) / (p - q)**2`` (q = 1/g) at the realized p."""
+    p, q = M / _UNIT, 1.0 / g
+    return math.inf if p <= q else q * (1 - q) / (p - q) ** 2
+
+
+def _digits_needed(bits: int, g: int) -> int:
+    """The number t of base-g digits of every integer in ``[0, 2**bits)``: the least t >= 1
+    with ``g**t >= 2**bits``."""
+    t = 1
+    while g**t < 2**bits:
+        t += 1
+    return t
+
+
+@dataclass(frozen=True)
+class ItemFrequencies:
+    """Estimated frequencies of hashed items, largest first for :meth:`PEMAggregator.identify`.
+
+    Attributes
+    ----------
+    hashes : ndarray of uint64
+        The hashed values, in ``[0, 2**bits)`` (``h64 >> (64 - bits)``, see
+        :mod:`ldpdist.heavy_hitters.items`).
+    estimates : ndarray of float64
+        Estimated frequency (fraction of the users) of each hashed value.
+    standard_errors : ndarray of float64
+        The plug-in standard error of each estimate.
+    items : list or None
+        The item of each hashed value when a dictionary of candidate items was given (None
+        for a value that no candidate hashes to); None when no dictionary was given.
+    n : int
+        The number of reports the estimates come from (the last group's).
+    """
+
+    hashes: np.ndarray
+    estimates: np.ndarray
+    standard_errors: np.ndarray
+    items: Optional[List[Any]]
+    n: int
+
+    def __len__(self) -> int:
+        return int(self.hashes.size)
+
+    def rows(self) -> List[Tuple[Any, int, float, float]]:
+        """``(item, hash, estimate, standard error)`` per entry (item None when unknown)."""
+        items = self.items if self.items is not None else [None] * len(self)
+        return [(item, int(h), float(f), float(s)) for item, h, f, s in
+                zip(items, self.hashes, self.estimates, self.standard_errors)]
+
+
+class PEM:
+    """Heavy hitters by prefix extension (PEM) over a hashed domain of ``bits``-bit values.
+
+    Wang, Li, Lopuhaä-Zwakenberg, Chen & Jha, "Locally Differentially Private Heavy Hitter
+    Identification", IEEE Transactions on Dependable and Secure Computing, 2021.
+
+    Items (bytes, str or unsigned 64-bit integers) are mapped to ``[0, 2**bits)`` by the
+    public, seeded hash of :mod:`ldpdist.heavy_hitters.items`. The users are split into G
+    groups; group j reports the prefix of length ``s_j = min(start_bits + j * step_bits,
+    bits)`` of its hashed item (the last group the whole value) through OLH at the full ε.
+    Each user sends one report, so the protocol is ε-LDP per user however many rounds the
+    server runs. The server enumerates every prefix of length ``s_0`` in the first round,
+    keeps the ``top`` with the largest estimates, extends each by the next group's extra
+    bits, estimates those candidates from that group, and so on to the full length.
+
+    Client (one user holding an item whose hashed value is v):
+
+    1. draw a group j uniformly in ``[0, G)`` (independently of the item, from the user's
+       own randomness);
+    2. x = the first ``s_j`` bits of v (``v >> (bits - s_j)``), written in base g with
+       ``t_j`` digits ``x_0, ..., x_{t_j - 1}`` (least significant first), ``t_j`` the least
+       t with ``g**t >= 2**s_j``;
+    3. draw the OLH hash: digits ``a_i`` uniform in ``[0, g)``; ``h = sum(a_i x_i) mod g``;
+    4. report ``y = h`` with probability ``p`` (a multiple of 2**-53, at least 4·2**-53 below
+       ``e^ε / (e^ε + g - 1)``), else a uniform one of the g - 1 other values.
+
+    This is the hash family of :class:`~ldpdist.OptimizedLocalHashing` on the domain
+    ``[0, 2**s_j)``: two distinct prefixes collide under exactly one hash in g, so a report
+    supports a prefix other than the user's with probability exactly ``q = 1/g`` and the
+    frequency oracle ``(C/n_j - q) / (p - q)`` (C supporting reports among the n_j of group
+    j) is exactly unbiased. The report ``(j, y, a)`` is OLH's ``(A, y)`` with A's base-g
+    digits stored one per byte (``A * g + y`` does not fit in 64 bits for long prefixes).
+
+    The modulus g is the prime at most ``MAX_G`` (251) minimizing OLH's variance factor
+    ``q (1 - q) / (p - q)**2`` at the realized p (about ``e^ε + 1`` up to ε ≈ 5.5; 251
+    above, which costs variance at very large ε).
+
+    Parameters
+    ----------
+    epsilon : float
+        The privacy guarantee per user (ε > 0).
+    top : int, default 32
+        Candidates kept at the end of each round, and the most :meth:`PEMAggregator.identify`
+        returns; 1 <= top <= 4096.
+    bits : int, default 64
+        Width of the hashed domain, 1 <= bits <= 64. Fewer bits mean fewer groups (more
+        users per group) but more hash collisions between items: two given items share a
+        value with probability ``2**-bits``.
+    start_bits : int, optional
+        Prefix length of the first group, whose ``2**start_bits`` prefixes are all
+        estimated; default ``ceil(log2(top)) + step_bits`` (the paper's choice), at most
+        ``bits``; at most 20.
+    step_bits : int, optional
+        Bits added per round, default 3 (``top * 2**step_bits`` candidates per round, at
+        most ``2**20``).
+    seed : int, default 0
+        The public seed of the item hash, in ``[0, 2**256)``; part of the spec.
+
+    Examples
+    --------
+    >>> from ldpdist.heavy_hitters import PEM
+    >>> pem = PEM(epsilon=4.0, top=8, bits=32)
+    >>> pem.groups, pem.prefix_bits[:3], pem.g
+    (10, (6, 9, 12), 53)
+    """
+
+    _reports_noun = "pem"
+
+    def __init__(self, epsilon: float, *, top: int = 32, bits: int = 64,
+                 start_bits: Optional[int] = None, step_bits: Optional[int] = None,
+                 seed: int = 0):
+        self._epsilon = check_epsilon(epsilon)
+        self._top = integer(top, "top", minimum=1, maximum=4096)
+        self._bits = integer(bits, "bits", minimum=1, maximum=64)
+        step = 3 if step_bits is None else step_bits
+        self._step = integer(step, "step_bits", minimum=1, maximum=self._bits)
+        if self._top * 2**self._step > MAX_CANDIDATES:
+            raise ValueError(f"top * 2**step_bits = {self._top * 2**self._step} candidates per "
+                             f"round is more than {MAX_CANDIDATES}: lower top or step_bits")
+        if start_bits is None:
+            start_bits = min(self._bits, (self._top - 1).bit_length() + self._step)
+        self._start = integer(start_bits, "start_bits", minimum=1, maximum=min(self._bits, 20))
+        self._seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
+        prefixes = [self._start]
+        while prefixes[-1] < self._bits:
+            prefixes.append(min(prefixes[-1] + self._step, self._bits))
+        self._prefix_bits = tuple(prefixes)
+        best = min(_PRIMES, key=lambda g: (
+            _variance_factor(_keep_threshold(self._epsilon, g), g), g))
+        self._g = best
+        self._M = _keep_threshold(self._epsilon, best)
+        if self._M / _UNIT <= 1.0 / best:
+            raise ValueError(f"epsilon = {self._epsilon!r} is too small: the keep probability "
+                             "cannot be realized above 1/g")
+        self._digits = tuple(_digits_needed(s, best) for s in self._prefix_bits)
+        t_max = max(self._digits)
+        assert t_max * (best - 1) ** 2 < 2**24  # float32 dot products of digits are exact
+        self._dtype = np.dtype([("group", np.uint8), ("y", np.uint8), ("a", np.uint8, (t_max,))])
+
+    # -- parameters --------------------------------------------------------------------
+
+    @property
+    def epsilon(self) -> float:
+        """The privacy guarantee asked for (per user)."""
+        return self._epsilon
+
+    @property
+    def top(self) -> int:
+        """Candidates kept per round."""
+        return self._top
+
+    @property
+    def bits(self) -> int:
+        """Width of the hashed domain."""
+        return self._bits
+
+    @property
+    def start_bits(self) -> int:
+        """Prefix length of the first group."""
+        return self._start
+
+    @property
+    def step_bits(self) -> int:
+        """Bits added per round."""
+        return self._step
+
+    @property
+    def seed(self) -> int:
+        """The public seed of the item hash."""
+        return self._seed
+
+    @property
+    def groups(self) -> int:
+        """The number G of groups (and rounds)."""
+        return len(self._prefix_bits)
+
+    @property
+    def prefix_bits(self) -> Tuple[int, ...]:
+        """Prefix length ``s_j`` reported by each group j."""
+        return self._prefix_bits
+
+    @property
+    def digits(self) -> Tuple[int, ...]:
+        """Number ``t_j`` of base-g hash digits of each group's reports."""
+        return self._digits
+
+    @property
+    def g(self) -> int:
+        """The prime modulus of OLH: reported values lie in ``[0, g)``."""
+        return self._g
+
+    @property
+    def p(self) -> float:
+        """Probability (exact, a multiple of 2**-53) of reporting the true hashed value."""
+        return self._M / _UNIT
+
+    @property
+    def q(self) -> float:
+        """Probability that a report supports a given prefix other than the user's: 1/g."""
+        return 1.0 / self._g
+
+    @property
+    def realized_epsilon(self) -> float:
+        """Exact ε of every group's channel, ``ln(p (g - 1) / (1 - p))`` (below epsilon)."""
+        # the ratio exactly, rounded once: the logarithm of sums would lose 1e-14
+        return math.log(float(Fraction(self._M * (self._g - 1), _UNIT - self._M)))
+
+    @property
+    def report_dtype(self) -> np.dtype:
+        """The reports' numpy structured dtype: ``group`` (uint8), ``y`` (uint8) and ``a``
+        (the hash's base-g digits, uint8, ``max(digits)`` of them; zero past ``t_j``)."""
+        return self._dtype
+
+    # -- spec ----------------------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-safe spec; ``from_dict(pem.to_dict()) == pem``."""
+        return {"protocol": "PEM", "format": SPEC_FORMAT, "hash": f"blake2b-v{HASH_VERSION}",
+                "epsilon": self._epsilon, "top": self._top, "bits": self._bits,
+                "start_bits": self._start, "step_bits": self._step, "seed": self._seed}
+
+    @classmethod
+    def from_dict(cls, spec: Dict[str, Any]) -> "PEM":
+        """The protocol of a spec made by :meth:`to_dict` (unknown or missing fields and
+        another protocol, format or hash version raise ``ValueError``)."""
+        if not isinstance(spec, dict):
+            raise TypeError(f"a PEM spec is a dict, got {type(spec).__name__}")
+        expected = {"protocol", "format", "hash", "epsilon", "top", "bits", "start_bits",
+                    "step_bits", "seed"}
+        if set(spec) != expected:
+            missing, extra = sorted(expected - set(spec)), sorted(set(spec) - expected)
+            raise ValueError(f"not a PEM spec: missing fields {missing}, unknown fields {extra}")
+        if spec["protocol"] != "PEM":
+            raise ValueError(f"not a PEM spec: protocol = {shown(spec['protocol'])}")
+        if spec["format"] != SPEC_FORMAT or spec["hash"] != f"blake2b-v{HASH_VERSION}":
+            raise ValueError(f"unsupported PEM spec: format {shown(spec['format'])}, hash "
+                             f"{shown(spec['hash'])} (this version reads format {SPEC_FORMAT}, "
+                             f"hash blake2b-v{HASH_VERSION})")
+        return cls(spec["epsilon"], top=spec["top"], bits=spec["bits"],
+                   start_bits=spec["start_bits"], step_bits=spec["step_bits"], seed=spec["seed"])
+
+    def _report_provenance(self) -> Tuple[str, str, Dict[str, Any]]:
+        cached = self.__dict__.get("_provenance")
+        if cached is None:
+            spec = self.to_dict()
+            cached = (spec_fingerprint(spec), type(self).__name__, spec)
+            self.__dict__["_provenance"] = cached
+        return cached
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of :meth:`to_dict` (:mod:`ldpdist.specs`):
+        the tag of this protocol's reports and aggregator states."""
+        return self._report_provenance()[0]
+
+    def as_reports(self, reports: Any) -> Reports:
+        """Declare an array made elsewhere (of :attr:`report_dtype`) as this protocol's
+        reports; checked when added to an aggregator."""
+        return Reports(reports, self)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_dict() == self.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(canonical_json(self.to_dict()))
+
+    def __repr__(self) -> str:
+        return (f"PEM(epsilon={self._epsilon!r}, top={self._top}, bits={self._bits}, "
+                f"start_bits={self._start}, step_bits={self._step}, seed={self._seed})")
+
+    # -- client side ---------------------------------------------------------------------
+
+    def hash(self, items: Iterable[Any]) -> np.ndarray:
+        """The hashed values of items in ``[0, 2**bits)`` (uint64): ``h64 >> (64 - bits)``."""
+        return hash_items(items, self._seed) >> np.uint64(64 - self._bits)
+
+    def _hash_digits(self, x: np.ndarray, a: np.ndarray) -> np.ndarray:
+        """``sum(a_i x_i) mod g`` per row, x's base-g digits least significant first."""
+        g = np.uint64(self._g)
+        x = x.copy()
+        acc = np.zeros(x.size, dtype=np.uint64)
+        for i in range(a.shape[1]):
+            acc += a[:, i].astype(np.uint64) * (x % g)
+            x //= g
+        return acc % g
+
+    def privatize(self, items: Any, seed: Optional[int] = None) -> Reports:
+        """Privatize one item per user (client side).
+
+        Parameters
+        ----------
+        items : sequence of bytes, str or int
+            One item per user (see :mod:`ldpdist.heavy_hitters.items`); an empty sequence
+            is refused.
+        seed : int, optional
+            ``None`` (default) draws fresh OS entropy; an integer in ``[0, 2**256)`` gives
+            reproducible reports (numpy's PCG64 seeded through ``SeedSequence(seed)``,
+            drawn in blocks of 65536 users).
+
+        Returns
+        -------
+        Reports, shape (n,), of :attr:`report_dtype`, tagged with :attr:`fingerprint`.
+        """
+        values = self.hash(_nonempty(items))
+        n = values.size
+        memory.check("PEM.privatize", [("the reports", n * self._dtype.itemsize),
+                                       ("a block of the sampler", _CHUNK * 64)])
+        if seed is not None:
+            seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
+        out = np.zeros(n, dtype=self._dtype)
+        shifts = np.array([self._bits - s for s in self._prefix_bits], dtype=np.uint64)
+        digits = np.array(self._digits)
+        t_max, G, g = self._dtype["a"].shape[0], self.groups, self._g
+        for start in range(0, n, _CHUNK):
+            v = values[start:start + _CHUNK]
+            m = v.size
+            group = rng.integers(0, G, size=m, dtype=np.uint8)
+            a = rng.integers(0, g, size=(m, t_max), dtype=np.uint8)
+            a[np.arange(t_max)[None, :] >= digits[group][:, None]] = 0
+            h = self._hash_digits(v >> shifts[group], a)
+            keep = rng.integers(0, _UNIT, size=m, dtype=np.uint64) < np.uint64(self._M)
+            other = rng.integers(1, g, size=m, dtype=np.uint64)
+            y = np.where(keep, h, (h + other) % np.uint64(g))
+            block = out[start:start + m]
+            block["group"], block["y"], block["a"] = group, y.astype(np.uint8), a
+        return Reports._tagged(out, *self._report_provenance())
+
+    # -- server side ---------------------------------------------------------------------
+
+    def aggregator(self) -> "PEMAggregator":
+        """An empty, mergeable aggregator of this protocol's reports."""
+        return PEMAggregator(self)
+
+    def identify(self, reports: Any, top: Optional[int] = None,
+                 candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
+        """``aggregator().add(reports).identify(top, candidates)``."""
+        return self.aggregator().add(reports).identify(top, candidates)
+
+    def estimate(self, reports: Any, candidates: Iterable[Any]) -> ItemFrequencies:
+        """``aggregator().add(reports).estimate(candidates)``."""
+        return self.aggregator().add(reports).estimate(candidates)
+
+    def prefix_digits(self, prefixes: np.ndarray, group: int) -> np.ndarray:
+        """Base-g digits (least significant first) of prefixes of group ``group``, shape
+        ``(len(prefixes), digits[group])``, uint8."""
+        x = np.asarray(prefixes, dtype=np.uint64).copy()
+        t = self._digits[group]
+        out = np.empty((x.size, t), dtype=np.uint8)
+        g = np.uint64(self._g)
+        for i in range(t):
+            out[:, i] = x % g
+            x //= g
+        return out
+
+    def group_channel(self, group: int, max_entries: int = 2**22) -> np.ndarray:
+        """The exact channel of group ``group``: rows the prefixes x in ``[0, 2**s_j)``,
+        columns the reports ``(A, y)`` in the order ``A * g + y`` with
+        ``A = sum(a_i g**i)``; ``Q[x, (A, y)] = g**-t_j * (p if y == h_A(x) else
+        (1 - p)/(g - 1))``. (The group itself is drawn independently of the item, so the
+        whole protocol's channel is the mixture of these with disjoint outputs and has the
+        same ε.) Refused past ``max_entries`` entries."""
+        group = integer(group, "group", minimum=0, maximum=self.groups - 1)
+        s, t, g = self._prefix_bits[group], self._digits[group], self._g
+        k, outputs = 2**s, g ** (t + 1)
+        if k * outputs > max_entries:
+            raise ValueError(f"the channel of group {group} has {k} × {outputs} entries, more "
+                             f"than max_entries = {max_entries}")
+        A = np.arange(g**t, dtype=np.uint64)
+        a = self.prefix_digits(A, group) if t else np.zeros((A.size, 0), np.uint8)
+        # digits of A (as a hash number) in base g: same routine, they are < g**t
+        xd = self.prefix_digits(np.arange(k, dtype=np.uint64), group).astype(np.int64)
+        h = (xd @ a.astype(np.int64).T) % g  # (k, g**t): h_A(x)
+        p, other = self.p, (1.0 - self.p) / (g - 1)
+        Q = np.full((k, g**t, g), other / g**t)
+        rows, cols = np.indices(h.shape)
+        Q[rows, cols, h] = p / g**t
+        return Q.reshape(k, outputs)
+
+
+def _nonempty(items: Any) -> List[Any]:
+    values = _item_list(items)
+    if not values:
+        raise ValueError("items is empty: privatize takes one item per user, at least one")
+    return values
+
+
+class PEMAggregator:
+    """The reports of one :class:`PEM` spec: add batches, merge shards, identify.
+
+    PEM's rounds are adaptive (the candidates of round j depend on round j - 1's
+    estimates), so the aggregator keeps every report (``2 + max(digits)`` bytes each) until
+    :meth:`identify`; merging concatenates. Thread-safe (one lock).
+
+    The supports are counted with float32 matrix products of base-g digits whose every
+    partial sum is an integer below 2**24, so exact in any summation order: the results do
+    not depend on the BLAS library or its thread count."""
+
+    def __init__(self, pem: PEM):
+        if not isinstance(pem, PEM):
+            raise TypeError(f"PEMAggregator takes a PEM, got {type(pem).__name__}")
+        self.pem = pem
+        self._parts: List[np.ndarray] = []
+        self._n = 0
+        self._lock = threading.RLock()
+
+    @property
+    def n(self) -> int:
+        """Number of reports counted."""
+        return self._n
+
+    def reports(self) -> np.ndarray:
+        """All the reports added, as one plain array of the protocol's report dtype."""
+        with self._lock:
+            if len(self._parts) != 1:
+                joined = (np.concatenate(self._parts) if self._parts
+                          else np.zeros(0, dtype=self.pem.report_dtype))
+                self._parts = [joined]
+            return self._parts[0]
+
+    def group_sizes(self) -> np.ndarray:
+        """Number of reports of each group."""
+        return np.bincount(self.reports()["group"], minlength=self.pem.groups)
+
+    def add(self, reports: Any) -> "PEMAggregator":
+        """Count a batch of reports (:class:`~ldpdist.Reports` of this spec; a plain array
+        raises ``TypeError``, another spec's :class:`~ldpdist.SpecMismatchError`, a
+        malformed report ``ValueError`` naming its position). Returns the aggregator."""
+        typed = check_reports(self.pem, reports, "PEMAggregator.add")
+        array = self._checked(np.asarray(typed))
+        with self._lock:
+            self._parts.append(array.copy())
+            self._n += array.size
+        return self
+
+    def _checked(self, array: np.ndarray) -> np.ndarray:
+        pem = self.pem
+        if array.dtype != pem.report_dtype:
+            raise TypeError(f"PEM reports have dtype {pem.report_dtype}, got {array.dtype}")
+        if array.ndim != 1:
+            raise ValueError(f"reports must be one-dimensional, got shape {array.shape}")
+        group, y, a = array["group"], array["y"], array["a"]
+        bad = group >= pem.groups
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] has group {group[i]}, not in [0, {pem.groups})")
+        bad = (y >= pem.g) | (a >= pem.g).any(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] holds a value >= g = {pem.g}")
+        t = np.array(pem.digits)[group]
+        bad = ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] has a nonzero hash digit past the {t[i]} of its "
+                             f"group {group[i]}")
+        return array
+
+    def merge(self, other: "PEMAggregator") -> "PEMAggregator":
+        """Add another aggregator's reports (same spec, else
+        :class:`~ldpdist.SpecMismatchError`). Returns self."""
+        if not isinstance(other, PEMAggregator):
+            raise TypeError(f"merge takes a PEMAggregator, got {type(other).__name__}")
+        if other.pem.fingerprint != self.pem.fingerprint:
+            raise SpecMismatchError(f"cannot merge the reports of {other.pem!r} into an "
+                                    f"aggregator of {self.pem!r}")
+        if other is self:
+            raise ValueError("an aggregator cannot be merged into itself")
+        theirs = other.reports()
+        with self._lock:
+            self._parts.append(theirs.copy())
+            self._n += theirs.size
+        return self
+
+    # -- state ---------------------------------------------------------------------------
+
+    def to_bytes(self) -> bytes:
+        """The state: a magic line, a canonical-JSON header (spec, fingerprint, n, SHA-256
+        of the reports) of 8-byte little-endian length, and the reports' bytes (little
+        endian, :attr:`PEM.report_dtype`, 1-byte fields)."""
+        data = self.reports().tobytes()
+        header = canonical_json({"spec": self.pem.to_dict(), "fingerprint": self.pem.fingerprint,
+                                 "n": self._n, "sha256": hashlib.sha256(data).hexdigest()})
+        head = header.encode("ascii")
+        return _STATE_MAGIC + struct.pack("<Q", len(head)) + head + data
+
+    @classmethod
+    def from_bytes(cls, data: bytes, expect: Optional[PEM] = None) -> "PEMAggregator":
+        """The aggregator of :meth:`to_bytes`; a corrupt state raises
+        :class:`~ldpdist.IntegrityError`, one of another spec than ``expect``
+        :class:`~ldpdist.SpecMismatchError`."""
+        data = bytes(data)
+        m = len(_STATE_MAGIC)
+        if data[:m] != _STATE_MAGIC or len(data) < m + 8:
+            raise IntegrityError("not a PEM aggregator state (bad magic)")
+        (size,) = struct.unpack("<Q", data[m:m + 8])
+        if size > len(data) - m - 8:
+            raise IntegrityError("corrupt PEM aggregator state: truncated header")
+        header = parse_json(data[m + 8:m + 8 + size].decode("ascii", "replace"),
+                            "the PEM aggregator state header")
+        payload = data[m + 8 + size:]
+        if not isinstance(header, dict) or set(header) != {"spec", "fingerprint", "n", "sha256"}:
+            raise IntegrityError("corrupt PEM aggregator state: bad header")
+        if hashlib.sha256(payload).hexdigest() != header["sha256"]:
+            raise IntegrityError("corrupt PEM aggregator state: checksum mismatch")
+        pem = PEM.from_dict(header["spec"])
+        if pem.fingerprint != header["fingerprint"]:
+            raise IntegrityError("corrupt PEM aggregator state: fingerprint mismatch")
+        if expect is not None and expect.fingerprint != pem.fingerprint:
+            raise SpecMismatchError(f"the state was made under {pem!r}, not {expect!r}")
+        if len(payload) % pem.report_dtype.itemsize or \
+                len(payload) // pem.report_dtype.itemsize != header["n"]:
+            raise IntegrityError("corrupt PEM aggregator state: n does not match the reports")
+        aggregator = cls(pem)
+        array = np.frombuffer(payload, dtype=pem.report_dtype).copy()
+        aggregator._parts = [aggregator._checked(array)] if array.size else []
+        aggregator._n = int(array.size)
+        return aggregator
+
+    # -- estimation ----------------------------------------------------------------------
+
+    def _by_group(self) -> List[np.ndarray]:
+        """The reports of each group (one stable sort of all the reports)."""
+        reports = self.reports()
+        order = np.argsort(reports["group"], kind="stable")
+        ends = np.cumsum(np.bincount(reports["group"], minlength=self.pem.groups))
+        ordered = reports[order]
+        return [ordered[end - size:end] for end, size in
+                zip(ends, np.diff(np.concatenate([[0], ends])))]
+
+    def _support(self, group: int, candidates: np.ndarray,
+                 mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
+        """Supporting-report counts of each candidate prefix among group ``group``'s
+        reports (``mine``, else selected here), and that group's size."""
+        pem = self.pem
+        if mine is None:
+            reports = self.reports()
+            mine = reports[reports["group"] == group]
+        n = int(mine.size)
+        if n == 0:
+            raise ValueError(f"group {group} (prefixes of {pem.prefix_bits[group]} bits) has no "
+                             f"reports: PEM needs users in each of its {pem.groups} groups")
+        t = pem.digits[group]
+        # h_A(x) - y = a . digits(x) - y: one float32 product (exact: < 2**24) per pair
+        left = np.empty((n, t + 1), dtype=np.float32)
+        left[:, :t] = mine["a"][:, :t]
+        left[:, t] = mine["y"]
+        right = np.empty((candidates.size, t + 1), dtype=np.float32)
+        right[:, :t] = pem.prefix_digits(candidates, group)
+        right[:, t] = -1.0
+        counts = np.zeros(candidates.size, dtype=np.int64)
+        rows = max(1, (1 << 22) // max(1, candidates.size))
+        g, inverse = np.float32(pem.g), np.float32(1.0 / pem.g)
+        for start in range(0, n, rows):
+            product = left[start:start + rows] @ right.T
+            # product (an integer, |product| < 2**24) is a multiple of g iff g times the
+            # nearest integer to product / g is product (every step exact in float32)
+            quotient = np.multiply(product, inverse)
+            np.rint(quotient, out=quotient)
+            quotient *= g
+            counts += np.count_nonzero(quotient == product, axis=0)
+        return counts, n
+
+    def _frequencies(self, group: int, candidates: np.ndarray,
+                     mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray, int]:
+        counts, n = self._support(group, candidates, mine)
+        pem = self.pem
+        gap = pem.p - pem.q
+        share = counts / n
+        estimates = (share - pem.q) / gap
+        errors = np.sqrt(share * (1.0 - share) / n) / gap
+        return estimates, errors, n
+
+    def identify(self, top: Optional[int] = None,
+                 candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
+        """The heavy hitters: the ``top`` hashed values with the largest estimated
+        frequencies after PEM's last round, largest first.
+
+        Parameters
+        ----------
+        top : int, optional
+            How many to return, at most (and by default) the protocol's ``top``.
+        candidates : sequence of items, optional
+            A dictionary of possible items: each value found that one of them hashes to is
+            named (``items``); the hash is one-way, so without a dictionary only the hashed
+            values are known. Two candidates with the same hashed value raise
+            ``ValueError`` (use more bits).
+
+        Returns
+        -------
+        ItemFrequencies
+            Estimates and standard errors from the last group (the one whose estimates also
+            ranked them: values just above the cut are biased upward by the selection;
+            :meth:`estimate` on a held-out set of reports avoids it).
+        """
+        pem = self.pem
+        top = pem.top if top is None else integer(top, "top", minimum=1, maximum=pem.top)
+        kept = np.arange(2**pem.prefix_bits[0], dtype=np.uint64)
+        estimates = errors = None
+        n = 0
+        by_group = self._by_group()
+        for group in range(pem.groups):
+            if group:
+                extra = pem.prefix_bits[group] - pem.prefix_bits[group - 1]
+                kept = ((kept[:, None] << np.uint64(extra))
+                        | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
+            estimates, errors, n = self._frequencies(group, kept, by_group[group])
+            keep = min(pem.top if group < pem.groups - 1 else top, kept.size)
+            order = np.lexsort((kept, -estimates))[:keep]  # largest first, ties by value
+            kept, estimates, errors = kept[order], estimates[order], errors[order]
+        items = None
+        if candidates is not None:
+            names = _dictionary(pem, candidates)
+            items = [names.get(int(h)) for h in kept]
+        return ItemFrequencies(kept, estimates, errors, items, n)
+
+    def estimate(self, candidates: Iterable[Any]) -> ItemFrequencies:
+        """Frequencies of known candidate items, in their order, from the last group's
+        reports (the full hashed value): each estimate is exactly unbiased for the fraction
+        of users whose item has that hashed value (the item's frequency, plus that of any
+        other item colliding with it in ``bits`` bits)."""
+        values = list(candidates) if not isinstance(candidates, np.ndarray) else candidates
+        hashed = self.pem.hash(_nonempty(values))
+        estimates, errors, n = self._frequencies(self.pem.groups - 1, hashed)
+        return ItemFrequencies(hashed, estimates, errors, _item_list(values), n)
+
+
+def _dictionary(pem: PEM, candidates: Iterable[Any]) -> Dict[int, Any]:
+    values = _item_list(candidates)
+    hashed = pem.hash(values)
+    names: Dict[int, Any] = {}
+    for item, h in zip(values, hashed.tolist()):
+        if h in names and names[h] != item:
+            raise ValueError(f"candidates {shown(names[h])} and {shown(item)} have the same "
+                             f"{pem.bits}-bit hash: they cannot be told apart (use more bits)")
+        names[h] = item
+    return names
+
+
+def from_dict(spec: Dict[str, Any]) -> PEM:
+    """The heavy-hitter protocol of a spec (``spec["protocol"]``; only ``"PEM"`` today)."""
+    if isinstance(spec, dict) and spec.get("protocol") == "PEM":
+        return PEM.from_dict(spec)
+    protocol = spec.get("protocol") if isinstance(spec, dict) else None
+    raise ValueError(f"unknown heavy-hitter protocol {shown(protocol)} (known: 'PEM')")
