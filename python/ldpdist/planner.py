@@ -84,8 +84,12 @@ COMPRESSIVE_REPORT_SIZES = (2**8, 2**10, 2**12)
 COMPRESSIVE_SEED = 0
 COMPRESSIVE_DECODERS = ("raw", "project", "sparse_project")
 COMPRESSIVE_MAX_K = 2**16
-#: Exact simulations per compressive row (its recovery runs OMP on every draw).
+#: Exact simulations per compressive row (its recovery runs OMP on every draw), and at
+#: most this many for the first row when it is refined to :data:`DRAW_PRECISION` (OMP's
+#: error has a heavy tail: a rare run whose support is wrong costs many ordinary ones, so a
+#: mean over few runs is too low).
 COMPRESSIVE_DRAWS = 16
+REFINED_COMPRESSIVE_DRAWS = 1024
 
 #: Mechanisms whose raw estimate sums to exactly 1 (``tests/test_planner.py`` checks it).
 SUMS_TO_ONE = ("RandomizedResponse", "SubsetSelection")
@@ -570,7 +574,7 @@ def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,
             surrogate.append(decoder)
     if not surrogate:
         return results
-    adaptive = draws is None and not _is_compressive(mechanism)
+    adaptive = draws is None and (refined or not _is_compressive(mechanism))
     draws = ((COMPRESSIVE_DRAWS if _is_compressive(mechanism) else default_draws(mechanism.k))
              if draws is None else integer(draws, "draws", minimum=1))
     rng = np.random.default_rng(seed)
@@ -583,7 +587,9 @@ def predict_errors(mechanism: Any, decoders: Sequence[str], p: Any, n: int,
             if not adaptive:
                 break
             adaptive = False
-            budget = ((REFINED_MAX_DRAWS, REFINED_MAX_DRAWN_VALUES) if refined
+            budget = ((REFINED_COMPRESSIVE_DRAWS, REFINED_COMPRESSIVE_DRAWS * mechanism.k)
+                      if refined and _is_compressive(mechanism)
+                      else (REFINED_MAX_DRAWS, REFINED_MAX_DRAWN_VALUES) if refined
                       else (MAX_DRAWS, MAX_DRAWN_VALUES))
             tracked = {name: values for name, values in per_draw.items()
                        if name not in OPT_IN_DECODERS} or per_draw
@@ -878,9 +884,8 @@ def _refine_first(rows: List[Dict[str, Any]], key: Callable[[Dict[str, Any]], An
     refined = set()
     for _ in range(4):
         first = rows[0]
-        name = (first["mechanism"], first["decoder"])
+        name = (first["mechanism"], first["decoder"], first["parameters"].get("m"))
         if first["method"] not in DRAWN_METHODS or name in refined or name[1] == "ibu" \
-                or first["mechanism"] in OPT_IN_MECHANISMS \
                 or first["error_precision"] <= DRAW_PRECISION:
             break
         mechanism = rebuild(first, len(p), epsilon)
