@@ -359,7 +359,9 @@ def test_generated_spec_files_edited_by_hand(name, data):
         text = data.draw(mutated_json_text(text), label="text")
     ok, got = attempt(from_json, text)
     if kind == "duplicate":
-        assert not ok and "duplicate key" in str(got), got
+        # refused: for the duplicate, or first for nesting too deep to parse (the value the
+        # duplicate carries may be any JSON)
+        assert not ok and ("duplicate key" in str(got) or "nests JSON deeper" in str(got)), got
     if ok:
         parsed = parse_json(text, "the spec")
         if "fingerprint" in parsed:
