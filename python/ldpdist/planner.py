@@ -800,7 +800,8 @@ def plan(k: int, epsilon: float, *, n: Optional[int] = None, target: Optional[fl
 
     Examples
     --------
-    >>> best = plan(1000, 1.0, n=100_000).best
+    >>> best = plan(1000, 1.0, n=100_000, distribution="zipf:1.1",
+    ...             decoders=["raw", "project"]).best
     >>> best.mechanism in PLANNED_MECHANISMS
     True
     """
