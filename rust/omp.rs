@@ -87,6 +87,47 @@ pub trait Dictionary: Sync {
     fn ranks_approximately(&self) -> bool {
         false
     }
+    /// For a dictionary that [ranks approximately](Self::ranks_approximately) (and has no
+    /// exact Gram columns): the `count` columns not in `chosen` of largest |ranking value|
+    /// (ties to the lowest index), in any order. The ranking value of column j is
+    /// `rmatvec(r)_j`, or `rmatvec(r)_j − shift·rmatvec(1)_j` with `minus_ones = Some(shift)`
+    /// (OMP's first step with an intercept). A dictionary can do this without any vector of
+    /// k floats (the structured compressive matrix scans its transform buffer); this default
+    /// builds them.
+    fn top_ranked(
+        &self,
+        r: &[f64],
+        minus_ones: Option<f64>,
+        chosen: &[usize],
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let mut ranking = self.rmatvec(r)?;
+        if let Some(shift) = minus_ones {
+            let ones = self.rmatvec(&vec![1.0; self.rows()])?;
+            subtract_scaled_f64(&ones, shift, &mut ranking);
+        }
+        let mut sorted = chosen.to_vec();
+        sorted.sort_unstable();
+        Ok(top_unchosen(
+            &ranking,
+            |j| sorted.binary_search(&j).is_ok(),
+            count,
+        ))
+    }
+    /// Bytes one [`top_ranked`](Self::top_ranked) call allocates at its peak (beyond what
+    /// the dictionary keeps).
+    fn top_ranked_bytes(&self) -> u64 {
+        (self.cols() as u64)
+            .saturating_mul(16)
+            .saturating_add(self.rmatvec_scratch_bytes())
+    }
+}
+
+/// Whether OMP on `a` takes the lean path: a dictionary that ranks approximately and has no
+/// exact Gram columns ranks with [`Dictionary::top_ranked`] and keeps no vector of k
+/// correlations or flags.
+fn ranks_lean<D: Dictionary + ?Sized>(a: &D) -> bool {
+    a.ranks_approximately() && !a.has_gram()
 }
 
 /// Columns rescored exactly per step on a dictionary that [ranks
@@ -275,6 +316,9 @@ fn caches_grams(has_gram: bool, k: usize, s: usize) -> bool {
 /// Everything [`omp_with_intercept`] allocates for at most `s` atoms on `a` (checked by it
 /// before it starts); see [`footprint_for`].
 pub fn footprint<D: Dictionary + ?Sized>(a: &D, s: usize) -> crate::memory::Footprint {
+    if ranks_lean(a) {
+        return ranked_footprint_for(a.rows(), a.cols(), s, a.top_ranked_bytes(), true);
+    }
     footprint_for(
         a.rows(),
         a.cols(),
@@ -282,6 +326,52 @@ pub fn footprint<D: Dictionary + ?Sized>(a: &D, s: usize) -> crate::memory::Foot
         a.has_gram(),
         a.rmatvec_scratch_bytes(),
     )
+}
+
+/// Everything [`omp_sparse`] allocates for at most `s` atoms on `a` (checked by it before
+/// it starts): [`footprint`] without the result's vector of k coefficients.
+pub fn sparse_footprint<D: Dictionary + ?Sized>(a: &D, s: usize) -> crate::memory::Footprint {
+    if ranks_lean(a) {
+        return ranked_footprint_for(a.rows(), a.cols(), s, a.top_ranked_bytes(), false);
+    }
+    let full = footprint(a, s);
+    let result = (a.cols() as u128).saturating_mul(8);
+    crate::memory::Footprint::new(format!(
+        "OMP with up to {s} atoms on a {}×{} dictionary",
+        a.rows(),
+        a.cols()
+    ))
+    .add(
+        "correlation and coefficient vectors (less the result)",
+        u64::try_from(full.bytes().saturating_sub(result)).unwrap_or(u64::MAX),
+        1,
+    )
+    .hint("lower the sparsity s (atoms) or the dictionary size")
+}
+
+/// The footprint of OMP's lean path (a dictionary that ranks approximately, without Gram
+/// columns) with at most `s` atoms on an m × k dictionary whose ranking allocates `ranking`
+/// bytes per step: the atoms and the Cholesky factor, the ranking, and with `result` the
+/// k coefficients of [`OmpResult`]; no vector of k correlations.
+pub fn ranked_footprint_for(
+    m: usize,
+    k: usize,
+    s: usize,
+    ranking: u64,
+    result: bool,
+) -> crate::memory::Footprint {
+    let (rows, cols, atoms) = (m as u64, k as u64, s as u64 + 1);
+    crate::memory::Footprint::new(format!("OMP with up to {s} atoms on a {m}×{k} dictionary"))
+        .add("the coefficients", if result { cols } else { 0 }, 8)
+        .add(
+            "atoms, residual and target",
+            (atoms + 2).saturating_mul(rows),
+            8,
+        )
+        .add("Cholesky factor", atoms.saturating_mul(atoms), 8)
+        .add("support and coefficients", atoms, 16)
+        .add("the ranking (Aᵀr and its best columns)", ranking, 1)
+        .hint("lower the sparsity s (atoms) or the dictionary size")
 }
 
 /// The footprint of OMP with at most `s` atoms on an m × k dictionary (with exact Gram
@@ -364,23 +454,80 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
     tol: Option<f64>,
     intercept: bool,
 ) -> Result<OmpResult> {
-    let (m, k) = (a.rows(), a.cols());
-    check_arguments(m, k, y.len(), s, tol)?;
+    check_run(a, y, s, tol)?;
+    footprint(a, s).check()?;
+    let run = run(a, y, s, tol, intercept)?;
+    let mut full = vec![0.0; a.cols()];
+    for (&j, &c) in run.support.iter().zip(&run.coef) {
+        full[j] = c;
+    }
+    Ok(OmpResult {
+        coef: full,
+        intercept: run.intercept,
+        support: run.support,
+        residual_norm: run.residual_norm,
+        stop: run.stop,
+    })
+}
+
+/// The result of [`omp_sparse`]: [`OmpResult`] with the coefficients of the support only.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SparseOmpResult {
+    /// Selected columns in the order they were chosen.
+    pub support: Vec<usize>,
+    /// `coef[i]` is the coefficient of column `support[i]`.
+    pub coef: Vec<f64>,
+    /// The coefficient of the all-ones atom (0 unless run with an intercept).
+    pub intercept: f64,
+    /// ‖y − A x − intercept·1‖₂ at the end.
+    pub residual_norm: f64,
+    /// Why the run stopped.
+    pub stop: OmpStop,
+}
+
+/// [`omp_with_intercept`] returning the coefficients of the support only (no vector of k
+/// coefficients): the same run, the same numbers.
+pub fn omp_sparse<D: Dictionary + ?Sized>(
+    a: &D,
+    y: &[f64],
+    s: usize,
+    tol: Option<f64>,
+    intercept: bool,
+) -> Result<SparseOmpResult> {
+    check_run(a, y, s, tol)?;
+    sparse_footprint(a, s).check()?;
+    run(a, y, s, tol, intercept)
+}
+
+fn check_run<D: Dictionary + ?Sized>(a: &D, y: &[f64], s: usize, tol: Option<f64>) -> Result<()> {
+    check_arguments(a.rows(), a.cols(), y.len(), s, tol)?;
     if let Some(i) = y.iter().position(|v| !v.is_finite()) {
         return Err(Error::Value(format!(
             "y must be finite: element {i} is {}",
             y[i]
         )));
     }
+    Ok(())
+}
 
-    footprint(a, s).check()?;
+/// The run of [`omp_with_intercept`] (arguments checked, footprint checked).
+fn run<D: Dictionary + ?Sized>(
+    a: &D,
+    y: &[f64],
+    s: usize,
+    tol: Option<f64>,
+    intercept: bool,
+) -> Result<SparseOmpResult> {
+    let (m, k) = (a.rows(), a.cols());
     let use_grams = caches_grams(a.has_gram(), k, s);
     let approximate = a.ranks_approximately();
+    // The lean path ranks through `top_ranked`: no `initial`, correlations, Aᵀ1 or flags.
+    let lean = ranks_lean(a);
     let y_norm = dot(y, y).sqrt();
     let exact_fit = 1e-12 * y_norm;
-    let initial = a.rmatvec(y)?;
+    let initial = if lean { Vec::new() } else { a.rmatvec(y)? };
     let mut correlations = initial.clone();
-    let mut chosen = vec![false; k];
+    let mut chosen = vec![false; if lean { 0 } else { k }];
     let mut support: Vec<usize> = Vec::with_capacity(s);
     let mut atoms: Vec<Vec<f64>> = Vec::with_capacity(s + 1); // dense atoms, intercept first
     let mut grams: Vec<Vec<i32>> = Vec::new(); // Aᵀa_l for l ∈ S, when exact Gram is cheap
@@ -394,7 +541,7 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
     // Aᵀ1, the correlations of the all-ones atom with every column.
     let ones_corr = if intercept {
         let ones = vec![1.0; m];
-        let corr = a.rmatvec(&ones)?;
+        let corr = if lean { None } else { Some(a.rmatvec(&ones)?) };
         chol.push(&[], m as f64);
         rhs.push(y.iter().sum());
         atoms.push(ones);
@@ -402,7 +549,7 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         refit_residual(y, &atoms, &coef, &mut residual);
         residual_norm = dot(&residual, &residual).sqrt();
         stale = true;
-        Some(corr)
+        corr
     } else {
         None
     };
@@ -418,7 +565,7 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         if support.len() == s {
             break OmpStop::Sparsity;
         }
-        if stale {
+        if stale && !lean {
             // Refreshed only when another atom is wanted: the last refit needs none.
             if grams.len() == support.len() {
                 correlations = updated_correlations(&initial, &grams, &coef[fixed..]);
@@ -430,7 +577,16 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
             }
         }
         crate::interrupt::check()?;
-        let best = if approximate {
+        let best = if lean {
+            // The ranking the full path would use: Aᵀy (less coef₀·Aᵀ1 with an intercept)
+            // for the first atom, a fresh Aᵀr afterwards.
+            let top = if support.is_empty() {
+                a.top_ranked(y, intercept.then(|| coef[0]), &support, RESCORED)?
+            } else {
+                a.top_ranked(&residual, None, &support, RESCORED)?
+            };
+            rescore(a, &top, &residual)
+        } else if approximate {
             best_rescored(a, &correlations, &chosen, &residual)
         } else {
             most_correlated(&correlations, &chosen)
@@ -460,7 +616,9 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         } else {
             initial[j]
         };
-        chosen[j] = true;
+        if !lean {
+            chosen[j] = true;
+        }
         support.push(j);
         atoms.push(column);
         rhs.push(right_hand_side);
@@ -473,12 +631,8 @@ pub fn omp_with_intercept<D: Dictionary + ?Sized>(
         stale = true;
     };
 
-    let mut full = vec![0.0; k];
-    for (&j, &c) in support.iter().zip(&coef[fixed..]) {
-        full[j] = c;
-    }
-    Ok(OmpResult {
-        coef: full,
+    Ok(SparseOmpResult {
+        coef: coef[fixed..].to_vec(),
         intercept: if intercept { coef[0] } else { 0.0 },
         support,
         residual_norm,
@@ -546,20 +700,62 @@ fn best_rescored<D: Dictionary + ?Sized>(
     chosen: &[bool],
     residual: &[f64],
 ) -> Option<usize> {
-    // Descending by |correlation|, ties by index: a short sorted list.
-    let mut top: Vec<(f64, usize)> = Vec::with_capacity(RESCORED + 1);
-    for (j, (&c, &taken)) in correlations.iter().zip(chosen).enumerate() {
-        let c = c.abs();
-        if taken || (top.len() == RESCORED && c <= top[RESCORED - 1].0) {
+    let top = top_unchosen(correlations, |j| chosen[j], RESCORED);
+    rescore(a, &top, residual)
+}
+
+/// The best `count` entries of largest `|value|` among those `taken` refuses, ties to the
+/// lowest index, as `(|value|, index)` in descending order (of `|value|`, then ascending
+/// index): a short sorted list. `first` is the index of `values[0]`.
+pub(crate) fn top_list(
+    values: impl IntoIterator<Item = f64>,
+    first: usize,
+    taken: impl Fn(usize) -> bool,
+    count: usize,
+) -> Vec<(f64, usize)> {
+    let mut top: Vec<(f64, usize)> = Vec::with_capacity(count + 1);
+    if count == 0 {
+        return top;
+    }
+    for (i, v) in values.into_iter().enumerate() {
+        let c = v.abs();
+        if top.len() == count && c <= top[count - 1].0 {
+            continue;
+        }
+        let j = first + i;
+        if taken(j) {
             continue;
         }
         let at = top.partition_point(|&(v, _)| v >= c);
         top.insert(at, (c, j));
-        top.truncate(RESCORED);
+        top.truncate(count);
     }
+    top
+}
+
+/// Merge lists of [`top_list`] (of disjoint index ranges) into the best `count` overall.
+pub(crate) fn merge_top_lists(lists: Vec<Vec<(f64, usize)>>, count: usize) -> Vec<(f64, usize)> {
+    let mut all: Vec<(f64, usize)> = lists.into_iter().flatten().collect();
+    all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    all.truncate(count);
+    all
+}
+
+/// The indices of the `count` entries of largest `|value|` not `taken` (ties to the lowest
+/// index), best first.
+fn top_unchosen(values: &[f64], taken: impl Fn(usize) -> bool, count: usize) -> Vec<usize> {
+    top_list(values.iter().copied(), 0, taken, count)
+        .into_iter()
+        .map(|(_, j)| j)
+        .collect()
+}
+
+/// The column of `top` whose exact `|a_jᵀ r|` is largest (ties to the lowest index); `None`
+/// when that is 0.
+fn rescore<D: Dictionary + ?Sized>(a: &D, top: &[usize], residual: &[f64]) -> Option<usize> {
     let mut column = vec![0.0; residual.len()];
     let mut best: Option<(f64, usize)> = None;
-    for &(_, j) in &top {
+    for &j in top {
         a.column(j, &mut column);
         let exact = dot(&column, residual).abs();
         if best.is_none_or(|(v, b)| exact > v || (exact == v && j < b)) {

@@ -68,7 +68,7 @@ use super::{
     IndexMechanism,
 };
 use crate::error::{Error, Result};
-use crate::omp::{omp_with_intercept, Dictionary};
+use crate::omp::{merge_top_lists, omp_sparse, top_list, Dictionary};
 use crate::rng::{
     public_stream, uniform_below, uniform_below_u64, BernoulliThreshold, Key, StreamRng,
 };
@@ -358,6 +358,31 @@ impl HadamardStructure {
         Ok(())
     }
 
+    /// `scratch` (length K, all `+0.0`) ← the raw products `Σ_y r_y H(R_y, c)` for every
+    /// `c < K`, in single precision: r scattered onto the rows, one FWHT whose in-cache pass
+    /// skips the blocks without rows (`blocks[b]`: block b holds a row). The same bits as
+    /// [`rank_products`](Self::rank_products).
+    fn transform_rows(&self, r: &[f64], scratch: &mut [f32], blocks: &[bool]) -> Result<()> {
+        for (&row, &v) in self.rows.iter().zip(r) {
+            scratch[row as usize] += v as f32;
+        }
+        crate::hadamard::fwht_skipping_zero_blocks(scratch, &crate::interrupt::check, &|b| {
+            blocks[b]
+        })
+    }
+
+    /// Which blocks of [`hadamard::cache_block_len`](crate::hadamard::cache_block_len) f32
+    /// entries of a length-K vector hold a row.
+    fn row_blocks(&self) -> Vec<bool> {
+        let block = crate::hadamard::cache_block_len::<f32>() as u64;
+        let count = (self.order() / block).max(1) as usize;
+        let mut blocks = vec![false; count];
+        for &row in &self.rows {
+            blocks[((row / block) as usize).min(count - 1)] = true;
+        }
+        blocks
+    }
+
     /// The raw products `Σ_y r_y H(R_y, c)` for `c = 1 … k` (slot order): one FWHT.
     fn raw_rmatvec(&self, r: &[f64], k: usize) -> Result<Vec<f64>> {
         let mut buffer =
@@ -461,8 +486,21 @@ impl HadamardCompressivePrivatization {
         if self.table_built() {
             return f;
         }
-        f.add("balance per slot", self.k, 4)
-            .add("column sums (FWHT)", self.structure.order(), 8)
+        f.add("balance per slot", self.k, 4).add(
+            "column sums (FWHT)",
+            self.structure.order(),
+            self.sum_bytes(),
+        )
+    }
+
+    /// Bytes per column sum when the table is built: the sums are integers of magnitude at
+    /// most m, exact in single precision (and at every stage of their transform) up to 2^24.
+    fn sum_bytes(&self) -> usize {
+        if self.m <= 1 << 24 {
+            4
+        } else {
+            8
+        }
     }
 
     /// The balance table (built once: one FWHT of the row indicator gives every raw column
@@ -472,10 +510,24 @@ impl HadamardCompressivePrivatization {
             return Ok(t);
         }
         self.table_footprint().check()?;
+        let table = if self.sum_bytes() == 4 {
+            self.build_table::<f32>()?
+        } else {
+            self.build_table::<f64>()?
+        };
+        Ok(self.table.get_or_init(|| table))
+    }
+
+    /// The table from the column sums, one FWHT of the row indicator in `T` (exact: see
+    /// [`sum_bytes`](Self::sum_bytes)).
+    fn build_table<T>(&self) -> Result<Vec<u32>>
+    where
+        T: crate::hadamard::Butterfly + crate::memory::Zeroable + Into<f64> + From<u8>,
+    {
         let s = &self.structure;
-        let mut sums = crate::memory::zeroed_vec::<f64>(s.order() as usize, "column sums")?;
+        let mut sums = crate::memory::zeroed_vec::<T>(s.order() as usize, "column sums")?;
         for &r in &s.rows {
-            sums[r as usize] = 1.0;
+            sums[r as usize] = T::from(1);
         }
         crate::hadamard::fwht_in_place_checked(&mut sums, &crate::interrupt::check)?;
         let mut table = crate::memory::zeroed_vec::<u32>(self.k as usize, "the balance table")?;
@@ -486,13 +538,13 @@ impl HadamardCompressivePrivatization {
                 crate::interrupt::check()?;
                 for (i, word) in out.iter_mut().enumerate() {
                     let slot = (chunk * TABLE_CHUNK + i) as u64;
-                    let ones = (self.m as i64 + sums[slot as usize + 1] as i64) / 2;
+                    let sum: f64 = sums[slot as usize + 1].into();
+                    let ones = (self.m as i64 + sum as i64) / 2;
                     *word = s.balance_with_ones(slot, ones as usize).pack();
                 }
                 Ok::<(), Error>(())
             })?;
-        drop(sums);
-        Ok(self.table.get_or_init(|| table))
+        Ok(table)
     }
 
     /// The balance of `slot`: from the table when built, else computed (O(m)).
@@ -559,12 +611,12 @@ impl HadamardCompressivePrivatization {
         let f = super::vector_footprint(name, op, self.k, self.m as u64);
         let transform = self.structure.order();
         match op {
-            super::Operation::Estimate => f.include(&crate::omp::footprint_for(
+            super::Operation::Estimate => f.include(&crate::omp::ranked_footprint_for(
                 self.m,
                 self.k as usize,
                 self.m - 1,
+                ranking_bytes(self.k, transform),
                 false,
-                transform * 4,
             )),
             super::Operation::ChannelProduct => f
                 .add("FWHT buffer", transform, 8)
@@ -694,16 +746,18 @@ impl HadamardCompressivePrivatization {
         }
         let (atoms, noise_level) = sparse_plan(freq, m, k, n, sparsity)?;
         let tol = sparsity.is_none().then_some(noise_level);
-        let run = omp_with_intercept(&SlotDictionary::new(self), freq, atoms, tol, true)?;
+        // The dictionary (and its transform buffer) is dropped before the estimate exists.
+        let run = omp_sparse(&SlotDictionary::new(self), freq, atoms, tol, true)?;
         let (a, b) = self.probs;
         let mut estimate = crate::memory::zeroed_vec::<f64>(k, "the estimate")?;
         let perm = &self.structure.permutation;
         let support: Vec<usize> = run
             .support
             .iter()
-            .map(|&slot| {
+            .zip(&run.coef)
+            .map(|(&slot, &coef)| {
                 let x = perm.value(slot as u64) as usize;
-                estimate[x] = 2.0 * run.coef[slot] / (a - b);
+                estimate[x] = 2.0 * coef / (a - b);
                 x
             })
             .collect();
@@ -819,12 +873,32 @@ impl IndexMechanism for HadamardCompressivePrivatization {
     }
 }
 
+/// Bytes of one ranking step of OMP on the dictionary of order `transform` (K) with k
+/// columns: the transform buffer (f32, kept for the run), the first step's `Aᵀ1` (f32 per
+/// slot), and the best columns of every scanned chunk.
+fn ranking_bytes(k: u64, transform: u64) -> u64 {
+    let chunks = k.div_ceil(TABLE_CHUNK as u64);
+    transform
+        .saturating_mul(4)
+        .saturating_add(k.saturating_mul(4))
+        .saturating_add(
+            chunks
+                .saturating_mul(crate::omp::RESCORED as u64 + 1)
+                .saturating_mul(16),
+        )
+}
+
 /// A in slot order for OMP: `rmatvec` is the raw product (one single-precision FWHT),
-/// which ranks the columns; `column` is exact.
+/// which ranks the columns; `column` is exact. OMP ranks through
+/// [`top_ranked`](Dictionary::top_ranked), which scans the transform buffer in place (and
+/// zeroes it for the next step) instead of copying k products out.
 struct SlotDictionary<'a> {
     mech: &'a HadamardCompressivePrivatization,
-    /// The transform's buffer (length K), allocated on first use and reused by every step.
+    /// The transform's buffer (length K), allocated on first use and reused by every step;
+    /// all zeros between steps.
     scratch: Mutex<Vec<f32>>,
+    /// Which blocks of the buffer hold a row (`HadamardStructure::row_blocks`).
+    blocks: Vec<bool>,
 }
 
 impl<'a> SlotDictionary<'a> {
@@ -832,7 +906,79 @@ impl<'a> SlotDictionary<'a> {
         Self {
             mech,
             scratch: Mutex::new(Vec::new()),
+            blocks: mech.structure.row_blocks(),
         }
+    }
+
+    /// [`Dictionary::top_ranked`] on the zeroed buffer `scratch`, left zeroed.
+    fn rank_top(
+        &self,
+        scratch: &mut Vec<f32>,
+        r: &[f64],
+        minus_ones: Option<f64>,
+        chosen: &[usize],
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let s = &self.mech.structure;
+        let k = self.mech.k as usize;
+        if scratch.is_empty() {
+            *scratch = crate::memory::zeroed_vec::<f32>(s.order() as usize, "the FWHT buffer")?;
+        }
+        // The first step with an intercept ranks by Aᵀy − shift·Aᵀ1, both as single-precision
+        // transforms widened to f64 (what the full path computes).
+        let ones = match minus_ones {
+            None => None,
+            Some(shift) => {
+                s.transform_rows(&vec![1.0; self.mech.m], scratch, &self.blocks)?;
+                let mut copy = crate::memory::zeroed_vec::<f32>(k, "Aᵀ1 (first OMP step)")?;
+                copy.par_chunks_mut(TABLE_CHUNK)
+                    .zip(scratch[1..=k].par_chunks(TABLE_CHUNK))
+                    .for_each(|(c, t)| c.copy_from_slice(t));
+                scratch
+                    .par_chunks_mut(TABLE_CHUNK)
+                    .for_each(|c| c.fill(0.0));
+                Some((copy, shift))
+            }
+        };
+        s.transform_rows(r, scratch, &self.blocks)?;
+        let mut sorted = chosen.to_vec();
+        sorted.sort_unstable();
+        let taken = |j: usize| sorted.binary_search(&j).is_ok();
+        let (head, rest) = scratch.split_at_mut(1);
+        head[0] = 0.0;
+        let (slots, tail) = rest.split_at_mut(k);
+        // Each chunk's best columns, then the chunk is zeroed while in cache.
+        let lists: Vec<Vec<(f64, usize)>> = match &ones {
+            None => slots
+                .par_chunks_mut(TABLE_CHUNK)
+                .enumerate()
+                .map(|(c, block)| {
+                    let values = block.iter().map(|&v| v as f64);
+                    let top = top_list(values, c * TABLE_CHUNK, &taken, count);
+                    block.fill(0.0);
+                    top
+                })
+                .collect(),
+            Some((ones, shift)) => slots
+                .par_chunks_mut(TABLE_CHUNK)
+                .zip(ones.par_chunks(TABLE_CHUNK))
+                .enumerate()
+                .map(|(c, (block, o))| {
+                    let values = block
+                        .iter()
+                        .zip(o)
+                        .map(|(&v, &w)| v as f64 - shift * w as f64);
+                    let top = top_list(values, c * TABLE_CHUNK, &taken, count);
+                    block.fill(0.0);
+                    top
+                })
+                .collect(),
+        };
+        tail.par_chunks_mut(TABLE_CHUNK).for_each(|c| c.fill(0.0));
+        Ok(merge_top_lists(lists, count)
+            .into_iter()
+            .map(|(_, j)| j)
+            .collect())
     }
 }
 
@@ -869,6 +1015,24 @@ impl Dictionary for SlotDictionary<'_> {
     }
     fn ranks_approximately(&self) -> bool {
         true
+    }
+    fn top_ranked(
+        &self,
+        r: &[f64],
+        minus_ones: Option<f64>,
+        chosen: &[usize],
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let ranked = self.rank_top(&mut scratch, r, minus_ones, chosen, count);
+        if ranked.is_err() {
+            // A stopped transform leaves the buffer dirty: start the next call afresh.
+            *scratch = Vec::new();
+        }
+        ranked
+    }
+    fn top_ranked_bytes(&self) -> u64 {
+        ranking_bytes(self.mech.k, self.mech.structure.order())
     }
 }
 
