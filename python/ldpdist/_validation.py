@@ -20,6 +20,16 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 2, 60, 60, 40
 
 
+def shown_duration(seconds: float) -> str:
+    """A rough duration for a message: seconds below two minutes, minutes below two hours,
+    hours beyond."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.0f} hours"
+
+
 def shown(value: Any) -> str:
     """``repr(value)`` for a message about an untrusted value: shortened (about 80
     characters at most), and never an error itself (containers nested thousands deep, a

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import numpy as np
 
 from .. import _core, memory
-from .._validation import as_array, integer, one_of, real, shown
+from .._validation import as_array, integer, one_of, real, shown, shown_duration
 from ..mechanisms.base import values_array
 from ..reports import Reports, check_reports
 from ..specs import checked_fields, fingerprint as spec_fingerprint
@@ -57,7 +57,7 @@ def _sensitivity(columns: np.ndarray, limit: Optional[int]) -> Tuple[float, Tupl
         raise ValueError(
             f"the exact L2 sensitivity of this {d} × {j} query matrix needs about "
             f"{estimate:.2g} distance evaluations (over {limit:.2g}, the limit; roughly "
-            f"{_duration(seconds)} on {threads} core(s)): its columns lie close to a sphere, "
+            f"{shown_duration(seconds)} on {threads} core(s)): its columns lie close to a sphere, "
             "where the search can rule out few pairs. Pass max_sensitivity_work=None (or a "
             "larger number) to compute it anyway: it shows progress and stops on Ctrl-C")
     max_work = None if limit is None else 4 * limit
@@ -82,14 +82,6 @@ def _sensitivity(columns: np.ndarray, limit: Optional[int]) -> Tuple[float, Tupl
                 bar.close()
     value, pair = search.result()
     return float(value), (int(pair[0]), int(pair[1]))
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} minutes"
-    return f"{seconds / 3600:.0f} hours"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional, Tuple
 import numpy as np
 
 from .. import _core
-from .._validation import exact_sum_u64, integer, real
+from .._validation import exact_sum_u64, integer, real, shown_duration
 from ..errors import IntegrityError
 from ..specs import register
 from .base import BitVectorMechanism, check_epsilon
@@ -17,14 +17,6 @@ from .base import BitVectorMechanism, check_epsilon
 #: The default ``max_seconds`` of :meth:`SubsetSelection.simulate`: calls estimated to take
 #: minutes are refused unless asked for.
 SIMULATE_SECONDS_LIMIT = 60.0
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} minutes"
-    return f"{seconds / 3600:.0f} hours"
 
 
 @register("ss")
@@ -131,7 +123,7 @@ class SubsetSelection(BitVectorMechanism):
             if estimate is not None and estimate > max_seconds:
                 raise ValueError(
                     f"SubsetSelection(k={self._k}).simulate of these counts would take about "
-                    f"{_duration(estimate)} (a rough estimate for a small two-core machine), "
+                    f"{shown_duration(estimate)} (a rough estimate for a small two-core machine), "
                     f"over max_seconds = {max_seconds:g}; pass max_seconds=None to run it "
                     "anyway (Ctrl-C stops it), or fewer values or users per call")
         return super().simulate(true_counts, seed)
