@@ -85,6 +85,8 @@ pub mod rng;
 pub mod signs;
 mod simd;
 pub mod simplex;
+#[cfg(test)]
+mod test_inputs;
 
 #[cfg(feature = "python")]
 mod bindings;

@@ -791,23 +791,9 @@ mod tests {
         assert!(diameter(&[f64::NAN], 1, 1).is_err());
     }
 
-    /// A small deterministic generator for test inputs (SplitMix64).
-    struct Inputs(u64);
+    use crate::test_inputs::Inputs;
+
     impl Inputs {
-        fn uniform(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-        }
-        fn normal(&mut self) -> f64 {
-            let u = 1.0 - self.uniform();
-            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * self.uniform()).cos()
-        }
-        fn below(&mut self, n: usize) -> usize {
-            ((self.uniform() * n as f64) as usize).min(n - 1)
-        }
         /// J points in R^d of one of several shapes (some degenerate).
         fn shape(&mut self, kind: usize, j: usize, d: usize) -> Vec<f64> {
             let mut a: Vec<f64> = (0..j * d).map(|_| self.normal()).collect();
