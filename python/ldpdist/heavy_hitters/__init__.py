@@ -12,7 +12,11 @@ TDSC 2021). See the user guide's page *Heavy hitters* for what is not implemente
 
 from .items import (HASH_VERSION, MAX_ITEM_BYTES, PERSONALIZATION, encode_item, hash_item,
                     hash_items)
-from .pem import PEM, ItemFrequencies, PEMAggregator, from_dict
+from .protocol import (HeavyHitterProtocol, ItemFrequencies, KeptReportsAggregator,
+                       SketchAggregator, aggregator_from_bytes, from_dict, protocols)
+from .pem import PEM, PEMAggregator
 
-__all__ = ["PEM", "PEMAggregator", "ItemFrequencies", "from_dict", "hash_item", "hash_items",
-           "encode_item", "MAX_ITEM_BYTES", "HASH_VERSION", "PERSONALIZATION"]
+__all__ = ["PEM", "PEMAggregator", "ItemFrequencies", "from_dict", "protocols",
+           "aggregator_from_bytes", "HeavyHitterProtocol", "KeptReportsAggregator",
+           "SketchAggregator", "hash_item", "hash_items", "encode_item", "MAX_ITEM_BYTES",
+           "HASH_VERSION", "PERSONALIZATION"]

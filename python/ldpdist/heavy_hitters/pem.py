@@ -4,27 +4,20 @@ of :mod:`ldpdist.heavy_hitters.items`, with an exact OLH frequency oracle per gr
 
 from __future__ import annotations
 
-import hashlib
 import math
-import struct
-import threading
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
-from .. import memory
-from .._validation import integer, shown
-from ..errors import IntegrityError, SpecMismatchError
+from .._validation import integer
 from ..mechanisms.base import check_epsilon
-from ..specs import canonical_json, fingerprint as spec_fingerprint, parse_json
-from ..typed_reports import Reports, check_reports
-from .items import HASH_VERSION, _item_list, hash_items
+from .items import _item_list
+from .protocol import (HeavyHitterProtocol, ItemFrequencies, KeptReportsAggregator,
+                       nonempty_items, register_protocol)
 
-__all__ = ["PEM", "PEMAggregator", "ItemFrequencies", "from_dict"]
+__all__ = ["PEM", "PEMAggregator"]
 
-SPEC_FORMAT = 1
 #: Largest prime modulus of the OLH hash: digits and hashed values are stored in one byte.
 MAX_G = 251
 #: At most this many candidates are estimated in one round (the first round enumerates all
@@ -33,7 +26,6 @@ MAX_CANDIDATES = 2**20
 _PRIMES = [p for p in range(2, MAX_G + 1) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
 _UNIT = 2**53  # the keep probability is a multiple of 2**-53 (a 53-bit uniform draw)
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
-_STATE_MAGIC = b"LDPDIST-HH-STATE\n"
 
 
 def _keep_threshold(epsilon: float, g: int) -> int:
@@ -60,43 +52,8 @@ def _digits_needed(bits: int, g: int) -> int:
     return t
 
 
-@dataclass(frozen=True)
-class ItemFrequencies:
-    """Estimated frequencies of hashed items, largest first for :meth:`PEMAggregator.identify`.
-
-    Attributes
-    ----------
-    hashes : ndarray of uint64
-        The hashed values, in ``[0, 2**bits)`` (``h64 >> (64 - bits)``, see
-        :mod:`ldpdist.heavy_hitters.items`).
-    estimates : ndarray of float64
-        Estimated frequency (fraction of the users) of each hashed value.
-    standard_errors : ndarray of float64
-        The plug-in standard error of each estimate.
-    items : list or None
-        The item of each hashed value when a dictionary of candidate items was given (None
-        for a value that no candidate hashes to); None when no dictionary was given.
-    n : int
-        The number of reports the estimates come from (the last group's).
-    """
-
-    hashes: np.ndarray
-    estimates: np.ndarray
-    standard_errors: np.ndarray
-    items: Optional[List[Any]]
-    n: int
-
-    def __len__(self) -> int:
-        return int(self.hashes.size)
-
-    def rows(self) -> List[Tuple[Any, int, float, float]]:
-        """``(item, hash, estimate, standard error)`` per entry (item None when unknown)."""
-        items = self.items if self.items is not None else [None] * len(self)
-        return [(item, int(h), float(f), float(s)) for item, h, f, s in
-                zip(items, self.hashes, self.estimates, self.standard_errors)]
-
-
-class PEM:
+@register_protocol
+class PEM(HeavyHitterProtocol):
     """Heavy hitters by prefix extension (PEM) over a hashed domain of ``bits``-bit values.
 
     Wang, Li, Lopuhaä-Zwakenberg, Chen & Jha, "Locally Differentially Private Heavy Hitter
@@ -162,6 +119,7 @@ class PEM:
     (10, (6, 9, 12), 53)
     """
 
+    protocol_name = "PEM"
     _reports_noun = "pem"
 
     def __init__(self, epsilon: float, *, top: int = 32, bits: int = 64,
@@ -198,19 +156,9 @@ class PEM:
     # -- parameters --------------------------------------------------------------------
 
     @property
-    def epsilon(self) -> float:
-        """The privacy guarantee asked for (per user)."""
-        return self._epsilon
-
-    @property
     def top(self) -> int:
         """Candidates kept per round."""
         return self._top
-
-    @property
-    def bits(self) -> int:
-        """Width of the hashed domain."""
-        return self._bits
 
     @property
     def start_bits(self) -> int:
@@ -221,11 +169,6 @@ class PEM:
     def step_bits(self) -> int:
         """Bits added per round."""
         return self._step
-
-    @property
-    def seed(self) -> int:
-        """The public seed of the item hash."""
-        return self._seed
 
     @property
     def groups(self) -> int:
@@ -271,66 +214,11 @@ class PEM:
 
     # -- spec ----------------------------------------------------------------------------
 
-    def to_dict(self) -> Dict[str, Any]:
-        """JSON-safe spec; ``from_dict(pem.to_dict()) == pem``."""
-        return {"protocol": "PEM", "format": SPEC_FORMAT, "hash": f"blake2b-v{HASH_VERSION}",
-                "epsilon": self._epsilon, "top": self._top, "bits": self._bits,
+    def _params(self) -> Dict[str, Any]:
+        return {"epsilon": self._epsilon, "top": self._top, "bits": self._bits,
                 "start_bits": self._start, "step_bits": self._step, "seed": self._seed}
 
-    @classmethod
-    def from_dict(cls, spec: Dict[str, Any]) -> "PEM":
-        """The protocol of a spec made by :meth:`to_dict` (unknown or missing fields and
-        another protocol, format or hash version raise ``ValueError``)."""
-        if not isinstance(spec, dict):
-            raise TypeError(f"a PEM spec is a dict, got {type(spec).__name__}")
-        expected = {"protocol", "format", "hash", "epsilon", "top", "bits", "start_bits",
-                    "step_bits", "seed"}
-        if set(spec) != expected:
-            missing, extra = sorted(expected - set(spec)), sorted(set(spec) - expected)
-            raise ValueError(f"not a PEM spec: missing fields {missing}, unknown fields {extra}")
-        if spec["protocol"] != "PEM":
-            raise ValueError(f"not a PEM spec: protocol = {shown(spec['protocol'])}")
-        if spec["format"] != SPEC_FORMAT or spec["hash"] != f"blake2b-v{HASH_VERSION}":
-            raise ValueError(f"unsupported PEM spec: format {shown(spec['format'])}, hash "
-                             f"{shown(spec['hash'])} (this version reads format {SPEC_FORMAT}, "
-                             f"hash blake2b-v{HASH_VERSION})")
-        return cls(spec["epsilon"], top=spec["top"], bits=spec["bits"],
-                   start_bits=spec["start_bits"], step_bits=spec["step_bits"], seed=spec["seed"])
-
-    def _report_provenance(self) -> Tuple[str, str, Dict[str, Any]]:
-        cached = self.__dict__.get("_provenance")
-        if cached is None:
-            spec = self.to_dict()
-            cached = (spec_fingerprint(spec), type(self).__name__, spec)
-            self.__dict__["_provenance"] = cached
-        return cached
-
-    @property
-    def fingerprint(self) -> str:
-        """SHA-256 (hex) of the canonical JSON of :meth:`to_dict` (:mod:`ldpdist.specs`):
-        the tag of this protocol's reports and aggregator states."""
-        return self._report_provenance()[0]
-
-    def as_reports(self, reports: Any) -> Reports:
-        """Declare an array made elsewhere (of :attr:`report_dtype`) as this protocol's
-        reports; checked when added to an aggregator."""
-        return Reports(reports, self)
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.to_dict() == self.to_dict()
-
-    def __hash__(self) -> int:
-        return hash(canonical_json(self.to_dict()))
-
-    def __repr__(self) -> str:
-        return (f"PEM(epsilon={self._epsilon!r}, top={self._top}, bits={self._bits}, "
-                f"start_bits={self._start}, step_bits={self._step}, seed={self._seed})")
-
     # -- client side ---------------------------------------------------------------------
-
-    def hash(self, items: Iterable[Any]) -> np.ndarray:
-        """The hashed values of items in ``[0, 2**bits)`` (uint64): ``h64 >> (64 - bits)``."""
-        return hash_items(items, self._seed) >> np.uint64(64 - self._bits)
 
     def _hash_digits(self, x: np.ndarray, a: np.ndarray) -> np.ndarray:
         """``sum(a_i x_i) mod g`` per row, x's base-g digits least significant first."""
@@ -342,30 +230,9 @@ class PEM:
             x //= g
         return acc % g
 
-    def privatize(self, items: Any, seed: Optional[int] = None) -> Reports:
-        """Privatize one item per user (client side).
-
-        Parameters
-        ----------
-        items : sequence of bytes, str or int
-            One item per user (see :mod:`ldpdist.heavy_hitters.items`); an empty sequence
-            is refused.
-        seed : int, optional
-            ``None`` (default) draws fresh OS entropy; an integer in ``[0, 2**256)`` gives
-            reproducible reports (numpy's PCG64 seeded through ``SeedSequence(seed)``,
-            drawn in blocks of 65536 users).
-
-        Returns
-        -------
-        Reports, shape (n,), of :attr:`report_dtype`, tagged with :attr:`fingerprint`.
-        """
-        values = self.hash(_nonempty(items))
+    def _privatize_hashed(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The sampler above, drawn in blocks of 65536 users (the draws depend on it)."""
         n = values.size
-        memory.check("PEM.privatize", [("the reports", n * self._dtype.itemsize),
-                                       ("a block of the sampler", _CHUNK * 64)])
-        if seed is not None:
-            seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed)))
         out = np.zeros(n, dtype=self._dtype)
         shifts = np.array([self._bits - s for s in self._prefix_bits], dtype=np.uint64)
         digits = np.array(self._digits)
@@ -382,22 +249,9 @@ class PEM:
             y = np.where(keep, h, (h + other) % np.uint64(g))
             block = out[start:start + m]
             block["group"], block["y"], block["a"] = group, y.astype(np.uint8), a
-        return Reports._tagged(out, *self._report_provenance())
+        return out
 
     # -- server side ---------------------------------------------------------------------
-
-    def aggregator(self) -> "PEMAggregator":
-        """An empty, mergeable aggregator of this protocol's reports."""
-        return PEMAggregator(self)
-
-    def identify(self, reports: Any, top: Optional[int] = None,
-                 candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
-        """``aggregator().add(reports).identify(top, candidates)``."""
-        return self.aggregator().add(reports).identify(top, candidates)
-
-    def estimate(self, reports: Any, candidates: Iterable[Any]) -> ItemFrequencies:
-        """``aggregator().add(reports).estimate(candidates)``."""
-        return self.aggregator().add(reports).estimate(candidates)
 
     def prefix_digits(self, prefixes: np.ndarray, group: int) -> np.ndarray:
         """Base-g digits (least significant first) of prefixes of group ``group``, shape
@@ -410,6 +264,27 @@ class PEM:
             out[:, i] = x % g
             x //= g
         return out
+
+    def _check_reports(self, array: np.ndarray) -> np.ndarray:
+        """``array`` if every report is well formed, else ``ValueError`` naming the first
+        malformed one."""
+        pem = self
+        group, y, a = array["group"], array["y"], array["a"]
+        bad = group >= pem.groups
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] has group {group[i]}, not in [0, {pem.groups})")
+        bad = (y >= pem.g) | (a >= pem.g).any(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] holds a value >= g = {pem.g}")
+        t = np.array(pem.digits)[group]
+        bad = ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] has a nonzero hash digit past the {t[i]} of its "
+                             f"group {group[i]}")
+        return array
 
     def group_channel(self, group: int, max_entries: int = 2**22) -> np.ndarray:
         """The exact channel of group ``group``: rows the prefixes x in ``[0, 2**s_j)``,
@@ -436,14 +311,7 @@ class PEM:
         return Q.reshape(k, outputs)
 
 
-def _nonempty(items: Any) -> List[Any]:
-    values = _item_list(items)
-    if not values:
-        raise ValueError("items is empty: privatize takes one item per user, at least one")
-    return values
-
-
-class PEMAggregator:
+class PEMAggregator(KeptReportsAggregator):
     """The reports of one :class:`PEM` spec: add batches, merge shards, identify.
 
     PEM's rounds are adaptive (the candidates of round j depend on round j - 1's
@@ -454,137 +322,18 @@ class PEMAggregator:
     partial sum is an integer below 2**24, so exact in any summation order: the results do
     not depend on the BLAS library or its thread count."""
 
-    def __init__(self, pem: PEM):
-        if not isinstance(pem, PEM):
-            raise TypeError(f"PEMAggregator takes a PEM, got {type(pem).__name__}")
-        self.pem = pem
-        self._parts: List[np.ndarray] = []
-        self._n = 0
-        self._lock = threading.RLock()
+    protocol: PEM
 
     @property
-    def n(self) -> int:
-        """Number of reports counted."""
-        return self._n
-
-    def reports(self) -> np.ndarray:
-        """All the reports added, as one plain array of the protocol's report dtype."""
-        with self._lock:
-            if len(self._parts) != 1:
-                joined = (np.concatenate(self._parts) if self._parts
-                          else np.zeros(0, dtype=self.pem.report_dtype))
-                self._parts = [joined]
-            return self._parts[0]
+    def pem(self) -> PEM:
+        """The protocol."""
+        return self.protocol
 
     def group_sizes(self) -> np.ndarray:
         """Number of reports of each group."""
         return np.bincount(self.reports()["group"], minlength=self.pem.groups)
 
-    def add(self, reports: Any) -> "PEMAggregator":
-        """Count a batch of reports (:class:`~ldpdist.Reports` of this spec; a plain array
-        raises ``TypeError``, another spec's :class:`~ldpdist.SpecMismatchError`, a
-        malformed report ``ValueError`` naming its position). Returns the aggregator."""
-        typed = check_reports(self.pem, reports, "PEMAggregator.add")
-        array = self._checked(np.asarray(typed))
-        with self._lock:
-            self._parts.append(array.copy())
-            self._n += array.size
-        return self
-
-    def _checked(self, array: np.ndarray) -> np.ndarray:
-        pem = self.pem
-        if array.dtype != pem.report_dtype:
-            raise TypeError(f"PEM reports have dtype {pem.report_dtype}, got {array.dtype}")
-        if array.ndim != 1:
-            raise ValueError(f"reports must be one-dimensional, got shape {array.shape}")
-        group, y, a = array["group"], array["y"], array["a"]
-        bad = group >= pem.groups
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] has group {group[i]}, not in [0, {pem.groups})")
-        bad = (y >= pem.g) | (a >= pem.g).any(axis=1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] holds a value >= g = {pem.g}")
-        t = np.array(pem.digits)[group]
-        bad = ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] has a nonzero hash digit past the {t[i]} of its "
-                             f"group {group[i]}")
-        return array
-
-    def merge(self, other: "PEMAggregator") -> "PEMAggregator":
-        """Add another aggregator's reports (same spec, else
-        :class:`~ldpdist.SpecMismatchError`). Returns self."""
-        if not isinstance(other, PEMAggregator):
-            raise TypeError(f"merge takes a PEMAggregator, got {type(other).__name__}")
-        if other.pem.fingerprint != self.pem.fingerprint:
-            raise SpecMismatchError(f"cannot merge the reports of {other.pem!r} into an "
-                                    f"aggregator of {self.pem!r}")
-        if other is self:
-            raise ValueError("an aggregator cannot be merged into itself")
-        theirs = other.reports()
-        with self._lock:
-            self._parts.append(theirs.copy())
-            self._n += theirs.size
-        return self
-
-    # -- state ---------------------------------------------------------------------------
-
-    def to_bytes(self) -> bytes:
-        """The state: a magic line, a canonical-JSON header (spec, fingerprint, n, SHA-256
-        of the reports) of 8-byte little-endian length, and the reports' bytes (little
-        endian, :attr:`PEM.report_dtype`, 1-byte fields)."""
-        data = self.reports().tobytes()
-        header = canonical_json({"spec": self.pem.to_dict(), "fingerprint": self.pem.fingerprint,
-                                 "n": self._n, "sha256": hashlib.sha256(data).hexdigest()})
-        head = header.encode("ascii")
-        return _STATE_MAGIC + struct.pack("<Q", len(head)) + head + data
-
-    @classmethod
-    def from_bytes(cls, data: bytes, expect: Optional[PEM] = None) -> "PEMAggregator":
-        """The aggregator of :meth:`to_bytes`; a corrupt state raises
-        :class:`~ldpdist.IntegrityError`, one of another spec than ``expect``
-        :class:`~ldpdist.SpecMismatchError`."""
-        data = bytes(data)
-        m = len(_STATE_MAGIC)
-        if data[:m] != _STATE_MAGIC or len(data) < m + 8:
-            raise IntegrityError("not a PEM aggregator state (bad magic)")
-        (size,) = struct.unpack("<Q", data[m:m + 8])
-        if size > len(data) - m - 8:
-            raise IntegrityError("corrupt PEM aggregator state: truncated header")
-        header = parse_json(data[m + 8:m + 8 + size].decode("ascii", "replace"),
-                            "the PEM aggregator state header")
-        payload = data[m + 8 + size:]
-        if not isinstance(header, dict) or set(header) != {"spec", "fingerprint", "n", "sha256"}:
-            raise IntegrityError("corrupt PEM aggregator state: bad header")
-        if hashlib.sha256(payload).hexdigest() != header["sha256"]:
-            raise IntegrityError("corrupt PEM aggregator state: checksum mismatch")
-        pem = PEM.from_dict(header["spec"])
-        if pem.fingerprint != header["fingerprint"]:
-            raise IntegrityError("corrupt PEM aggregator state: fingerprint mismatch")
-        if expect is not None and expect.fingerprint != pem.fingerprint:
-            raise SpecMismatchError(f"the state was made under {pem!r}, not {expect!r}")
-        if len(payload) % pem.report_dtype.itemsize or \
-                len(payload) // pem.report_dtype.itemsize != header["n"]:
-            raise IntegrityError("corrupt PEM aggregator state: n does not match the reports")
-        aggregator = cls(pem)
-        array = np.frombuffer(payload, dtype=pem.report_dtype).copy()
-        aggregator._parts = [aggregator._checked(array)] if array.size else []
-        aggregator._n = int(array.size)
-        return aggregator
-
     # -- estimation ----------------------------------------------------------------------
-
-    def _by_group(self) -> List[np.ndarray]:
-        """The reports of each group (one stable sort of all the reports)."""
-        reports = self.reports()
-        order = np.argsort(reports["group"], kind="stable")
-        ends = np.cumsum(np.bincount(reports["group"], minlength=self.pem.groups))
-        ordered = reports[order]
-        return [ordered[end - size:end] for end, size in
-                zip(ends, np.diff(np.concatenate([[0], ends])))]
 
     def _support(self, group: int, candidates: np.ndarray,
                  mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
@@ -656,7 +405,7 @@ class PEMAggregator:
         kept = np.arange(2**pem.prefix_bits[0], dtype=np.uint64)
         estimates = errors = None
         n = 0
-        by_group = self._by_group()
+        by_group = self.group_rows()
         for group in range(pem.groups):
             if group:
                 extra = pem.prefix_bits[group] - pem.prefix_bits[group - 1]
@@ -668,7 +417,7 @@ class PEMAggregator:
             kept, estimates, errors = kept[order], estimates[order], errors[order]
         items = None
         if candidates is not None:
-            names = _dictionary(pem, candidates)
+            names = pem._name_items(candidates)
             items = [names.get(int(h)) for h in kept]
         return ItemFrequencies(kept, estimates, errors, items, n)
 
@@ -678,26 +427,9 @@ class PEMAggregator:
         of users whose item has that hashed value (the item's frequency, plus that of any
         other item colliding with it in ``bits`` bits)."""
         values = list(candidates) if not isinstance(candidates, np.ndarray) else candidates
-        hashed = self.pem.hash(_nonempty(values))
+        hashed = self.pem.hash(nonempty_items(values))
         estimates, errors, n = self._frequencies(self.pem.groups - 1, hashed)
         return ItemFrequencies(hashed, estimates, errors, _item_list(values), n)
 
 
-def _dictionary(pem: PEM, candidates: Iterable[Any]) -> Dict[int, Any]:
-    values = _item_list(candidates)
-    hashed = pem.hash(values)
-    names: Dict[int, Any] = {}
-    for item, h in zip(values, hashed.tolist()):
-        if h in names and names[h] != item:
-            raise ValueError(f"candidates {shown(names[h])} and {shown(item)} have the same "
-                             f"{pem.bits}-bit hash: they cannot be told apart (use more bits)")
-        names[h] = item
-    return names
-
-
-def from_dict(spec: Dict[str, Any]) -> PEM:
-    """The heavy-hitter protocol of a spec (``spec["protocol"]``; only ``"PEM"`` today)."""
-    if isinstance(spec, dict) and spec.get("protocol") == "PEM":
-        return PEM.from_dict(spec)
-    protocol = spec.get("protocol") if isinstance(spec, dict) else None
-    raise ValueError(f"unknown heavy-hitter protocol {shown(protocol)} (known: 'PEM')")
+PEM.aggregator_class = PEMAggregator
