@@ -17,6 +17,7 @@ from .errors import CliError
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__, deploy, experiments, planner
+    from .heavy_hitters import cli as heavy_hitters
 
     parser = argparse.ArgumentParser(
         prog="ldpdist",
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.register(commands)
     deploy.register(commands)
     planner.register(commands)
+    heavy_hitters.register(commands)
     return parser
 
 

@@ -183,7 +183,8 @@ def aggregate(mechanism: Any, reports: Any, *, on_invalid: str = "raise",
     Parameters
     ----------
     mechanism : Mechanism
-        The spec the reports were made under.
+        The spec the reports were made under (a mechanism, or a heavy-hitter protocol of
+        :mod:`ldpdist.heavy_hitters`, whose records are 1-D structured arrays).
     reports : dask.array.Array or dask.dataframe.Series
         Index reports, shape (n,), or bit-vector reports, shape (n, ceil(output_size / 8))
         of packed uint8 rows (a dask array; chunks along the rows only, otherwise they are
@@ -243,6 +244,8 @@ def _privatize_block(values: np.ndarray, spec: Dict[str, Any], key: bytes, block
         options["first_user"] = block * block_size
     if mechanism.randomized:
         options["seed"] = block_seed(key, block)
+    if mechanism.report_kind == "records":  # a heavy-hitter protocol: hashed items
+        return mechanism.privatize_hashed(values, **options)
     return mechanism.privatize(values, **options)
 
 
@@ -254,7 +257,10 @@ def privatize(mechanism: Any, values: Any, seed: Optional[int] = None, *,
     ----------
     mechanism : Mechanism
     values : dask.array.Array (1-D) or dask.dataframe.Series of int
-        Values in [0, k), one per user. A Series is converted with known partition lengths.
+        Values in [0, k), one per user (for a heavy-hitter protocol of
+        :mod:`ldpdist.heavy_hitters`: the users' hashed items, ``protocol.hash(items)``,
+        privatized with ``privatize_hashed``). A Series is converted with known partition
+        lengths.
     seed : int, optional
         ``None`` draws one 32-byte key from the OS; an integer gives reports that depend only
         on (seed, block_size) and the values, not on the partitioning or the cluster (the
@@ -293,8 +299,11 @@ def privatize(mechanism: Any, values: Any, seed: Optional[int] = None, *,
         raise ValueError("values must have known chunk sizes (compute_chunk_sizes() first)")
     values = values.rechunk(block_size)
     # The output dtype and row width, from a one-user sample (a public, fixed value).
-    sample = mechanism.privatize(np.zeros(1, dtype=np.uint32),
-                                 **({"seed": 0} if mechanism.randomized else {}))
+    if mechanism.report_kind == "records":
+        sample = mechanism.privatize_hashed(np.zeros(1, dtype=np.uint64), seed=0)
+    else:
+        sample = mechanism.privatize(np.zeros(1, dtype=np.uint32),
+                                     **({"seed": 0} if mechanism.randomized else {}))
     if sample.ndim == 1:
         return values.map_blocks(_privatize_block, spec, key, block_size, dtype=sample.dtype,
                                  meta=sample[:0])

@@ -128,6 +128,10 @@ def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
         if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != width:
             raise ValueError(f"bit-vector reports of {mechanism!r} are uint8 arrays of shape "
                              f"(n, {width}), got {array.dtype} {array.shape}")
+    elif mechanism.report_kind == "records":
+        if array.dtype != mechanism.report_dtype or array.ndim != 1:
+            raise ValueError(f"reports of {mechanism!r} are 1-D arrays of dtype "
+                             f"{mechanism.report_dtype}, got {array.dtype} {array.shape}")
     elif array.dtype.kind != "u" or array.ndim != 1:
         raise ValueError(f"reports of {mechanism!r} are 1-D unsigned integer arrays, got "
                          f"{array.dtype} {array.shape}")
@@ -136,10 +140,11 @@ def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
     header = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
-        "mechanism": spec["mechanism"],
+        "mechanism": _kind_name(spec),
         "spec": spec,
         "fingerprint": fingerprint(spec),
-        "dtype": array.dtype.str,
+        "dtype": _records_dtype(mechanism) if mechanism.report_kind == "records"
+        else array.dtype.str,
         "shape": [int(v) for v in array.shape],
         "nonce": _new_nonce() if nonce is None else _checked_nonce(nonce, _where),
         "payload_sha256": _hash_array(array),
@@ -148,6 +153,18 @@ def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
     batch = ReportBatch(array, spec, header["fingerprint"],
                         hashlib.sha256(header_bytes).hexdigest())
     return prefix + array.tobytes(), batch
+
+
+def _kind_name(spec: Dict[str, Any]) -> Any:
+    """The header's ``mechanism`` field: a mechanism's class name, or a heavy-hitter
+    protocol's name (its spec has ``protocol`` instead)."""
+    return spec.get("mechanism", spec.get("protocol"))
+
+
+def _records_dtype(protocol: Any) -> str:
+    """The header's ``dtype`` of a heavy-hitter protocol's records: ``|V<bytes per
+    report>``; the fields are the protocol's (little-endian), known from its spec."""
+    return f"|V{protocol.report_dtype.itemsize}"
 
 
 def _new_nonce() -> str:
@@ -224,7 +241,7 @@ def _checked_batch(header: Dict[str, Any], header_bytes: bytes, payload_size: in
     spec = header["spec"]
     if not isinstance(spec, dict) or canonical_json(spec) == "":
         raise IntegrityError(f"{where}: the header's spec is not a dict")
-    if fingerprint(spec) != header["fingerprint"] or spec.get("mechanism") != header["mechanism"]:
+    if fingerprint(spec) != header["fingerprint"] or _kind_name(spec) != header["mechanism"]:
         raise IntegrityError(f"{where}: the spec does not match its fingerprint (edited?)")
     if expect is not None and header["fingerprint"] != expect.fingerprint:
         raise SpecMismatchError(
@@ -235,7 +252,11 @@ def _checked_batch(header: Dict[str, Any], header_bytes: bytes, payload_size: in
         mechanism = expect if expect is not None else from_dict(spec)
     except (ValueError, TypeError) as exc:
         raise IntegrityError(f"{where}: invalid spec: {exc}") from None
-    dtype = _DTYPES.get(header["dtype"]) if isinstance(header["dtype"], str) else None
+    records = getattr(mechanism, "report_kind", None) == "records"
+    if records:
+        dtype = mechanism.report_dtype if header["dtype"] == _records_dtype(mechanism) else None
+    else:
+        dtype = _DTYPES.get(header["dtype"]) if isinstance(header["dtype"], str) else None
     shape = header["shape"]
     if dtype is None:
         raise IntegrityError(f"{where}: unsupported report dtype {header['dtype']!r}")
@@ -409,11 +430,14 @@ def write_reports_chunks(path: Union[str, "os.PathLike[str]"], mechanism: Any,
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
     n = int(n)
     bits = mechanism.report_kind == "bits"
+    records = mechanism.report_kind == "records"
     width = -(-mechanism.output_size // 8) if bits else 0
     chunks = iter(chunks)
     first = next(chunks, None)
     if bits:
         stored = np.dtype(np.uint8)
+    elif records:
+        stored = mechanism.report_dtype
     else:
         stored = np.dtype(dtype if dtype is not None else
                           (first.dtype if first is not None else np.uint64))
@@ -421,8 +445,9 @@ def write_reports_chunks(path: Union[str, "os.PathLike[str]"], mechanism: Any,
             raise ValueError(f"index reports are stored as unsigned integers, not {stored}")
         stored = stored.newbyteorder("<")
     spec = mechanism.to_dict()
-    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "mechanism": spec["mechanism"],
-              "spec": spec, "fingerprint": fingerprint(spec), "dtype": stored.str,
+    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "mechanism": _kind_name(spec),
+              "spec": spec, "fingerprint": fingerprint(spec),
+              "dtype": _records_dtype(mechanism) if records else stored.str,
               "shape": [n, width] if bits else [n], "nonce": _new_nonce(),
               "payload_sha256": "0" * 64}
 
@@ -443,6 +468,10 @@ def write_reports_chunks(path: Union[str, "os.PathLike[str]"], mechanism: Any,
                     raise ValueError(f"bit-vector reports of {mechanism!r} are uint8 arrays "
                                      f"of shape (rows, {width}), got {array.dtype} "
                                      f"{array.shape}")
+            elif records:
+                if array.dtype != stored or array.ndim != 1:
+                    raise ValueError(f"reports of {mechanism!r} are 1-D arrays of dtype "
+                                     f"{stored}, got {array.dtype} {array.shape}")
             elif array.ndim != 1 or array.dtype.kind not in "iu":
                 raise ValueError(f"reports of {mechanism!r} are 1-D integer arrays, got "
                                  f"{array.dtype} {array.shape}")

@@ -172,6 +172,8 @@ def from_dict(spec: Dict[str, Any]) -> Any:
     if not isinstance(spec, dict):
         raise TypeError(f"a mechanism spec is a dict, got {type(spec).__name__}")
     spec = dict(spec)
+    if "protocol" in spec and "mechanism" not in spec:
+        return _heavy_hitter_protocol(spec)
     if "mechanism" not in spec:
         raise ValueError(f"the spec is missing the field 'mechanism' (one of "
                          f"{sorted(_REGISTRY)})")
@@ -182,11 +184,7 @@ def from_dict(spec: Dict[str, Any]) -> Any:
     if type(fmt) is not int or fmt != SPEC_FORMAT:
         raise ValueError(f"unsupported spec format {shown(fmt)} (this version reads "
                          f"{SPEC_FORMAT})")
-    recorded = spec.pop("fingerprint", _ABSENT)
-    if recorded is not _ABSENT and (not isinstance(recorded, str) or len(recorded) != 64
-                                    or any(c not in "0123456789abcdef" for c in recorded)):
-        raise ValueError(f"the spec's field 'fingerprint' must be 64 lowercase hex digits, "
-                         f"got {shown(recorded)}")
+    recorded = _recorded_fingerprint(spec)
     if not all(isinstance(key, str) for key in spec):
         raise ValueError("spec keys must be strings")
     cls: Callable[..., Any] = _REGISTRY[name]
@@ -197,16 +195,40 @@ def from_dict(spec: Dict[str, Any]) -> Any:
         raise ValueError(f"invalid parameters for {name}: {exc}") from None
     except OverflowError as exc:  # a value too large for the core's integer types
         raise ValueError(f"invalid parameters for {name}: {exc}") from None
-    if recorded is not _ABSENT and recorded != mechanism.fingerprint:
-        raise ValueError(
-            f"the spec's fields do not match its recorded fingerprint {recorded[:16]}…: the "
-            f"spec was edited after it was written (it now describes {mechanism!r}, "
-            f"fingerprint {mechanism.fingerprint[:16]}…); write it again (ldpdist spec, "
-            "ldpdist.specs.to_json), or delete the 'fingerprint' field if the edit is meant")
+    _check_recorded(recorded, mechanism)
     return mechanism
 
 
 _ABSENT = object()
+
+
+def _recorded_fingerprint(spec: Dict[str, Any]) -> Any:
+    recorded = spec.pop("fingerprint", _ABSENT)
+    if recorded is not _ABSENT and (not isinstance(recorded, str) or len(recorded) != 64
+                                    or any(c not in "0123456789abcdef" for c in recorded)):
+        raise ValueError(f"the spec's field 'fingerprint' must be 64 lowercase hex digits, "
+                         f"got {shown(recorded)}")
+    return recorded
+
+
+def _check_recorded(recorded: Any, built: Any) -> None:
+    if recorded is not _ABSENT and recorded != built.fingerprint:
+        raise ValueError(
+            f"the spec's fields do not match its recorded fingerprint {recorded[:16]}…: the "
+            f"spec was edited after it was written (it now describes {built!r}, "
+            f"fingerprint {built.fingerprint[:16]}…); write it again (ldpdist spec, "
+            "ldpdist.specs.to_json), or delete the 'fingerprint' field if the edit is meant")
+
+
+def _heavy_hitter_protocol(spec: Dict[str, Any]) -> Any:
+    """A heavy-hitter protocol's spec (``"protocol"`` instead of ``"mechanism"``), with the
+    same recorded-fingerprint check."""
+    from .heavy_hitters import protocol as heavy_hitters  # they import this module
+
+    recorded = _recorded_fingerprint(spec)
+    built = heavy_hitters.from_dict(spec)
+    _check_recorded(recorded, built)
+    return built
 
 
 def checked_fields(spec: Any, what: str, required: Iterable[str],

@@ -401,11 +401,12 @@ class ReportBatch:
         array = reports.view(np.ndarray) if isinstance(reports, np.ndarray) else \
             np.asarray(reports)
         object.__setattr__(self, "reports", Reports._tagged(
-            array, self.fingerprint, str(self.spec.get("mechanism")), self.spec))
+            array, self.fingerprint, self.mechanism_name, self.spec))
 
     @property
     def mechanism_name(self) -> str:
-        return str(self.spec.get("mechanism"))
+        """The class name of the mechanism (or the heavy-hitter protocol) of the spec."""
+        return str(self.spec.get("mechanism", self.spec.get("protocol")))
 
     def __len__(self) -> int:
         return int(self.reports.shape[0])

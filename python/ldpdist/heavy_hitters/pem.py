@@ -265,26 +265,20 @@ class PEM(HeavyHitterProtocol):
             x //= g
         return out
 
-    def _check_reports(self, array: np.ndarray) -> np.ndarray:
-        """``array`` if every report is well formed, else ``ValueError`` naming the first
-        malformed one."""
-        pem = self
+    def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
         group, y, a = array["group"], array["y"], array["a"]
-        bad = group >= pem.groups
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] has group {group[i]}, not in [0, {pem.groups})")
-        bad = (y >= pem.g) | (a >= pem.g).any(axis=1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] holds a value >= g = {pem.g}")
-        t = np.array(pem.digits)[group]
-        bad = ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"reports[{i}] has a nonzero hash digit past the {t[i]} of its "
-                             f"group {group[i]}")
-        return array
+        bad = (group >= self.groups) | (y >= self._g) | (a >= self._g).any(axis=1)
+        t = np.array(self._digits)[np.minimum(group, self.groups - 1)]
+        return bad | ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
+
+    def _describe_invalid(self, report: Any) -> str:
+        group = int(report["group"])
+        if group >= self.groups:
+            return f"group {group} is not in [0, {self.groups})"
+        if report["y"] >= self._g or (report["a"] >= self._g).any():
+            return f"it holds a value >= g = {self._g}"
+        return (f"it has a nonzero hash digit past the {self._digits[group]} of its group "
+                f"{group}")
 
     def group_channel(self, group: int, max_entries: int = 2**22) -> np.ndarray:
         """The exact channel of group ``group``: rows the prefixes x in ``[0, 2**s_j)``,

@@ -34,7 +34,8 @@ __all__ = ["HeavyHitterProtocol", "KeptReportsAggregator", "SketchAggregator",
 
 _STATE_MAGIC = b"LDPDIST-HH-STATE\n"
 _STATE_FORMAT = 2  # 1 was PEM's own state (no batch ids), never released
-_HEADER_FIELDS = {"state_format", "spec", "fingerprint", "n", "batches", "payload", "sha256"}
+_HEADER_FIELDS = {"state_format", "spec", "fingerprint", "n", "dropped", "batches", "payload",
+                  "sha256"}
 #: Longest batch id and label a state keeps (as the mechanisms' aggregators).
 MAX_BATCH_ID, MAX_LABEL = 128, 256
 
@@ -127,6 +128,11 @@ class HeavyHitterProtocol:
     protocol_name: ClassVar[str] = ""
     spec_format: ClassVar[int] = 1
     aggregator_class: ClassVar[Type["_Aggregator"]]
+    #: What the reports files record: one structured record per user (see
+    #: :mod:`ldpdist.reports`).
+    report_kind: ClassVar[str] = "records"
+    #: Reports are random given the item (``privatize`` takes a seed).
+    randomized: ClassVar[bool] = True
     _reports_noun = "protocol"
     _epsilon: float
     _bits: int
@@ -152,7 +158,21 @@ class HeavyHitterProtocol:
         return self._privatize_hashed(self.hash(items), rng)
 
     def _check_reports(self, array: np.ndarray) -> np.ndarray:
+        """``array`` if every report is well formed, else ``ValueError`` naming the first
+        malformed one (by default from :meth:`_invalid_mask`)."""
+        bad = self._invalid_mask(array)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"reports[{i}] is malformed: {self._describe_invalid(array[i])}")
+        return array
+
+    def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
+        """Boolean mask of the malformed reports (what ``on_invalid="drop"`` drops)."""
         raise NotImplementedError
+
+    def _describe_invalid(self, report: Any) -> str:
+        """What is wrong with one malformed report, for messages."""
+        return f"{report!r} is not a report of {self!r}"
 
     # -- parameters ----------------------------------------------------------------------
 
@@ -337,6 +357,7 @@ class _Aggregator:
                             f"{type(protocol).__name__}")
         self.protocol = protocol
         self._n = 0
+        self._dropped = 0
         self._batches: Dict[str, str] = {}
         self._own_batch: Optional[str] = None
         self._lock = threading.RLock()
@@ -345,6 +366,11 @@ class _Aggregator:
     def n(self) -> int:
         """Number of reports counted."""
         return self._n
+
+    @property
+    def dropped(self) -> int:
+        """Number of malformed reports skipped by ``add(..., on_invalid="drop")``."""
+        return self._dropped
 
     @property
     def batches(self) -> Dict[str, str]:
@@ -359,8 +385,8 @@ class _Aggregator:
                 + " is already counted in this aggregator; counting it again would count "
                 "its users twice")
 
-    def add(self, reports: Union[Reports, ReportBatch], *, batch_id: Optional[str] = None,
-            label: str = "") -> "_Aggregator":
+    def add(self, reports: Union[Reports, ReportBatch], on_invalid: str = "raise", *,
+            batch_id: Optional[str] = None, label: str = "") -> "_Aggregator":
         """Count a batch of reports; returns ``self``.
 
         Parameters
@@ -371,6 +397,9 @@ class _Aggregator:
             Reports of another spec raise :class:`~ldpdist.SpecMismatchError`; a plain
             array ``TypeError``; a malformed report ``ValueError`` naming its position
             (the aggregator is left unchanged).
+        on_invalid : {"raise", "drop"}
+            Malformed reports raise (default), or are skipped and counted in
+            :attr:`dropped`.
         batch_id : str, optional
             Identity of this batch (1 to 128 characters); a batch already counted raises
             :class:`~ldpdist.DuplicateBatchError`. A ReportBatch carries its own; arrays
@@ -379,6 +408,8 @@ class _Aggregator:
             What the batch is (e.g. its file name), for messages.
         """
         name = type(self).__name__
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {shown(on_invalid)}")
         if not isinstance(label, str):
             raise TypeError(f"label must be a string, got {type(label).__name__}")
         if isinstance(reports, ReportBatch):
@@ -397,6 +428,12 @@ class _Aggregator:
             if batch_id is not None and not 0 < len(batch_id) <= MAX_BATCH_ID:
                 raise ValueError(f"batch_id must have 1 to {MAX_BATCH_ID} characters, got "
                                  f"{len(batch_id)}")
+        dropped = 0
+        if on_invalid == "drop":
+            self._checked_layout(typed)
+            bad = self.protocol._invalid_mask(typed)
+            dropped = int(np.count_nonzero(bad))
+            typed = typed[~bad] if dropped else typed
         array = self._checked(typed)
         taken = self._take(array)
         with self._lock:
@@ -404,6 +441,7 @@ class _Aggregator:
                 self._refuse_duplicate(batch_id, label)
             self._join(taken)
             self._n += int(array.size)
+            self._dropped += dropped
             if batch_id is None:
                 if self._own_batch is None:
                     self._own_batch = os.urandom(32).hex()
@@ -412,13 +450,16 @@ class _Aggregator:
                 self._batches[batch_id] = label[:MAX_LABEL]
         return self
 
-    def _checked(self, array: np.ndarray) -> np.ndarray:
+    def _checked_layout(self, array: np.ndarray) -> None:
         dtype = self.protocol.report_dtype
         if array.dtype != dtype:
             raise TypeError(f"{type(self.protocol).__name__} reports have dtype {dtype}, got "
                             f"{array.dtype}")
         if array.ndim != 1:
             raise ValueError(f"reports must be one-dimensional, got shape {array.shape}")
+
+    def _checked(self, array: np.ndarray) -> np.ndarray:
+        self._checked_layout(array)
         return self.protocol._check_reports(array)
 
     def merge(self, other: "_Aggregator") -> "_Aggregator":
@@ -434,11 +475,13 @@ class _Aggregator:
             raise ValueError("an aggregator cannot be merged into itself")
         with other._lock:
             theirs, their_batches, their_n = other._snapshot(), dict(other._batches), other._n
+            their_dropped = other._dropped
         with self._lock:
             for batch_id, label in their_batches.items():
                 self._refuse_duplicate(batch_id, label)
             self._join(theirs)
             self._n += their_n
+            self._dropped += their_dropped
             self._batches.update(their_batches)
         return self
 
@@ -452,6 +495,7 @@ class _Aggregator:
             data = self._payload()
             header = {"state_format": _STATE_FORMAT, "spec": self.protocol.to_dict(),
                       "fingerprint": self.protocol.fingerprint, "n": self._n,
+                      "dropped": self._dropped,
                       "batches": sorted([k, v] for k, v in self._batches.items()),
                       "payload": self._payload_kind, "sha256": hashlib.sha256(data).hexdigest()}
         head = canonical_json(header).encode("ascii")
@@ -530,14 +574,16 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
     if expect is not None and expect.fingerprint != protocol.fingerprint:
         raise SpecMismatchError(f"the state was made under {protocol!r}, not {expect!r}")
     aggregator = protocol.aggregator()
-    n, batches = header["n"], header["batches"]
+    n, batches, dropped = header["n"], header["batches"], header["dropped"]
     if header["payload"] != aggregator._payload_kind or not isinstance(n, int) or n < 0 \
+            or type(dropped) is not int or dropped < 0 \
             or not isinstance(batches, list) or not all(
                 isinstance(b, list) and len(b) == 2 and all(isinstance(s, str) for s in b)
                 for b in batches):
         raise IntegrityError("corrupt heavy-hitter aggregator state: bad header")
     aggregator._load(payload, n)
     aggregator._n = n
+    aggregator._dropped = dropped
     aggregator._batches = {k: v for k, v in batches}
     return aggregator
 
