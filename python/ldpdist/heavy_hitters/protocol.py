@@ -28,7 +28,7 @@ from ..specs import canonical_json, fingerprint as spec_fingerprint, parse_json
 from ..typed_reports import ReportBatch, Reports, check_reports
 from .items import HASH_VERSION, _item_list, hash_items
 
-__all__ = ["HeavyHitterProtocol", "KeptReportsAggregator", "SketchAggregator",
+__all__ = ["HeavyHitterProtocol", "HeavyHitterAggregator", "KeptReportsAggregator", "SketchAggregator",
            "ItemFrequencies", "register_protocol", "from_dict", "protocols",
            "aggregator_from_bytes"]
 
@@ -127,7 +127,7 @@ class HeavyHitterProtocol:
 
     protocol_name: ClassVar[str] = ""
     spec_format: ClassVar[int] = 1
-    aggregator_class: ClassVar[Type["_Aggregator"]]
+    aggregator_class: ClassVar[Type["HeavyHitterAggregator"]]
     #: What the reports files record: one structured record per user (see
     #: :mod:`ldpdist.reports`).
     report_kind: ClassVar[str] = "records"
@@ -317,7 +317,7 @@ class HeavyHitterProtocol:
 
     # -- server side ---------------------------------------------------------------------
 
-    def aggregator(self) -> "_Aggregator":
+    def aggregator(self) -> "HeavyHitterAggregator":
         """An empty, mergeable aggregator of this protocol's reports."""
         return self.aggregator_class(self)
 
@@ -344,7 +344,7 @@ class HeavyHitterProtocol:
         return names
 
 
-class _Aggregator:
+class HeavyHitterAggregator:
     """Counting shared by both aggregators: typed reports in, batch ids, merging, and the
     checksummed state. Subclasses keep their own payload (:meth:`_take`, :meth:`_join`,
     :meth:`_payload`, :meth:`_load`). Thread-safe (one lock)."""
@@ -386,7 +386,7 @@ class _Aggregator:
                 "its users twice")
 
     def add(self, reports: Union[Reports, ReportBatch], on_invalid: str = "raise", *,
-            batch_id: Optional[str] = None, label: str = "") -> "_Aggregator":
+            batch_id: Optional[str] = None, label: str = "") -> "HeavyHitterAggregator":
         """Count a batch of reports; returns ``self``.
 
         Parameters
@@ -462,7 +462,7 @@ class _Aggregator:
         self._checked_layout(array)
         return self.protocol._check_reports(array)
 
-    def merge(self, other: "_Aggregator") -> "_Aggregator":
+    def merge(self, other: "HeavyHitterAggregator") -> "HeavyHitterAggregator":
         """Add another aggregator's counts (same spec, else
         :class:`~ldpdist.SpecMismatchError`; a batch counted in both raises
         :class:`~ldpdist.DuplicateBatchError`). Returns self."""
@@ -503,7 +503,7 @@ class _Aggregator:
 
     @classmethod
     def from_bytes(cls, data: bytes, expect: Optional[HeavyHitterProtocol] = None
-                   ) -> "_Aggregator":
+                   ) -> "HeavyHitterAggregator":
         """The aggregator of :meth:`to_bytes`; a corrupt state raises
         :class:`~ldpdist.IntegrityError`, one of another spec than ``expect``
         :class:`~ldpdist.SpecMismatchError`."""
@@ -542,7 +542,7 @@ class _Aggregator:
 
 
 def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = None
-                          ) -> _Aggregator:
+                          ) -> HeavyHitterAggregator:
     """The aggregator of any heavy-hitter protocol from its state (``to_bytes``)."""
     data = bytes(data)
     m = len(_STATE_MAGIC)
@@ -588,7 +588,7 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
     return aggregator
 
 
-class KeptReportsAggregator(_Aggregator):
+class KeptReportsAggregator(HeavyHitterAggregator):
     """Keeps every report until the end (protocols whose rounds are adaptive, so that the
     candidates of a round depend on the estimates of the one before); merging
     concatenates. The state's payload is the reports' bytes."""
@@ -643,7 +643,7 @@ class KeptReportsAggregator(_Aggregator):
             raise IntegrityError(f"corrupt heavy-hitter aggregator state: {error}") from None
 
 
-class SketchAggregator(_Aggregator):
+class SketchAggregator(HeavyHitterAggregator):
     """Keeps fixed-size exact integer sums (int64) instead of the reports: a report only
     adds to them. Subclasses implement ``_state_shape()`` and ``_absorb(sums, reports)``
     (add the batch's contribution in place); merging adds the sums. The state's payload is
