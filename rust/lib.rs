@@ -9,7 +9,8 @@
 //! privacy budgets), [`linear`] (linear queries: the exact L2 sensitivity, the Gaussian and
 //! rejection-sampling protocols), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
-//! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries).
+//! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries),
+//! [`heavy_hitters`] (the server-side counting of heavy-hitter protocols: PEM's supports).
 //!
 //! Mechanisms ([`mechanisms`]): each module holds one mechanism's client-side sampler and
 //! its server-side aggregation and unbiased estimator. Index mechanisms (a report is one
@@ -73,6 +74,7 @@
 pub mod error;
 pub mod finite;
 pub mod hadamard;
+pub mod heavy_hitters;
 pub mod hull;
 pub mod interrupt;
 pub mod linear;

@@ -7,6 +7,7 @@
 //! are the last line of defence and raise the same exception classes.
 
 mod adaptive;
+mod heavy_hitters;
 mod kernels;
 mod linear;
 mod mechanisms;
@@ -259,5 +260,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     privacy::register(m)?;
     linear::register(m)?;
     adaptive::register(m)?;
+    heavy_hitters::register(m)?;
     Ok(())
 }

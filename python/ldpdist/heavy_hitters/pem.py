@@ -10,6 +10,7 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
+from .. import _core
 from .._validation import integer
 from ..mechanisms.base import check_epsilon
 from .items import _item_list
@@ -106,7 +107,7 @@ class PEM(HeavyHitterProtocol):
         estimated; default ``ceil(log2(top)) + step_bits`` (the paper's choice), at most
         ``bits``; at most 20.
     step_bits : int, optional
-        Bits added per round, default 3 (``top * 2**step_bits`` candidates per round, at
+        Bits added per round, default 4 (``top * 2**step_bits`` candidates per round, at
         most ``2**20``).
     seed : int, default 0
         The public seed of the item hash, in ``[0, 2**256)``; part of the spec.
@@ -116,7 +117,7 @@ class PEM(HeavyHitterProtocol):
     >>> from ldpdist.heavy_hitters import PEM
     >>> pem = PEM(epsilon=4.0, top=8, bits=32)
     >>> pem.groups, pem.prefix_bits[:3], pem.g
-    (10, (6, 9, 12), 53)
+    (8, (7, 11, 15), 53)
     """
 
     protocol_name = "PEM"
@@ -128,7 +129,7 @@ class PEM(HeavyHitterProtocol):
         self._epsilon = check_epsilon(epsilon)
         self._top = integer(top, "top", minimum=1, maximum=4096)
         self._bits = integer(bits, "bits", minimum=1, maximum=64)
-        step = 3 if step_bits is None else step_bits
+        step = 4 if step_bits is None else step_bits
         self._step = integer(step, "step_bits", minimum=1, maximum=self._bits)
         if self._top * 2**self._step > MAX_CANDIDATES:
             raise ValueError(f"top * 2**step_bits = {self._top * 2**self._step} candidates per "
@@ -150,7 +151,6 @@ class PEM(HeavyHitterProtocol):
                              "cannot be realized above 1/g")
         self._digits = tuple(_digits_needed(s, best) for s in self._prefix_bits)
         t_max = max(self._digits)
-        assert t_max * (best - 1) ** 2 < 2**24  # float32 dot products of digits are exact
         self._dtype = np.dtype([("group", np.uint8), ("y", np.uint8), ("a", np.uint8, (t_max,))])
 
     # -- parameters --------------------------------------------------------------------
@@ -312,9 +312,8 @@ class PEMAggregator(KeptReportsAggregator):
     estimates), so the aggregator keeps every report (``2 + max(digits)`` bytes each) until
     :meth:`identify`; merging concatenates. Thread-safe (one lock).
 
-    The supports are counted with float32 matrix products of base-g digits whose every
-    partial sum is an integer below 2**24, so exact in any summation order: the results do
-    not depend on the BLAS library or its thread count."""
+    The supports are counted by a Rust kernel (parallel over the reports, exact integer
+    counts), so the results do not depend on the number of threads."""
 
     protocol: PEM
 
@@ -332,35 +331,18 @@ class PEMAggregator(KeptReportsAggregator):
     def _support(self, group: int, candidates: np.ndarray,
                  mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
         """Supporting-report counts of each candidate prefix among group ``group``'s
-        reports (``mine``, else selected here), and that group's size."""
+        reports, and that group's size. ``mine`` is an array of reports (of any groups,
+        default all those added): only its rows of group ``group`` are counted, by the Rust
+        kernel, in place (no per-group copy of the reports)."""
         pem = self.pem
-        if mine is None:
-            reports = self.reports()
-            mine = reports[reports["group"] == group]
-        n = int(mine.size)
+        reports = np.ascontiguousarray(self.reports() if mine is None else mine)
+        rows = reports.view(np.uint8).reshape(reports.size, pem.report_dtype.itemsize)
+        candidates = np.ascontiguousarray(candidates, dtype=np.uint64)
+        counts, n = _core.pem_support(rows, group, pem.digits[group], pem.g, candidates)
         if n == 0:
             raise ValueError(f"group {group} (prefixes of {pem.prefix_bits[group]} bits) has no "
                              f"reports: PEM needs users in each of its {pem.groups} groups")
-        t = pem.digits[group]
-        # h_A(x) - y = a . digits(x) - y: one float32 product (exact: < 2**24) per pair
-        left = np.empty((n, t + 1), dtype=np.float32)
-        left[:, :t] = mine["a"][:, :t]
-        left[:, t] = mine["y"]
-        right = np.empty((candidates.size, t + 1), dtype=np.float32)
-        right[:, :t] = pem.prefix_digits(candidates, group)
-        right[:, t] = -1.0
-        counts = np.zeros(candidates.size, dtype=np.int64)
-        rows = max(1, (1 << 22) // max(1, candidates.size))
-        g, inverse = np.float32(pem.g), np.float32(1.0 / pem.g)
-        for start in range(0, n, rows):
-            product = left[start:start + rows] @ right.T
-            # product (an integer, |product| < 2**24) is a multiple of g iff g times the
-            # nearest integer to product / g is product (every step exact in float32)
-            quotient = np.multiply(product, inverse)
-            np.rint(quotient, out=quotient)
-            quotient *= g
-            counts += np.count_nonzero(quotient == product, axis=0)
-        return counts, n
+        return counts.astype(np.int64), int(n)
 
     def _frequencies(self, group: int, candidates: np.ndarray,
                      mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray, int]:
@@ -399,13 +381,13 @@ class PEMAggregator(KeptReportsAggregator):
         kept = np.arange(2**pem.prefix_bits[0], dtype=np.uint64)
         estimates = errors = None
         n = 0
-        by_group = self.group_rows()
+        reports = self.reports()  # each round's kernel skips the other groups' rows
         for group in range(pem.groups):
             if group:
                 extra = pem.prefix_bits[group] - pem.prefix_bits[group - 1]
                 kept = ((kept[:, None] << np.uint64(extra))
                         | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
-            estimates, errors, n = self._frequencies(group, kept, by_group[group])
+            estimates, errors, n = self._frequencies(group, kept, reports)
             keep = min(pem.top if group < pem.groups - 1 else top, kept.size)
             order = np.lexsort((kept, -estimates))[:keep]  # largest first, ties by value
             kept, estimates, errors = kept[order], estimates[order], errors[order]
