@@ -259,7 +259,7 @@ def test_spec_round_trip():
     with pytest.raises(ValueError, match="unsupported"):
         PEM.from_dict({**spec, "hash": "blake2b-v2"})
     with pytest.raises(ValueError, match="unknown heavy-hitter protocol"):
-        from_dict({"protocol": "TreeHist"})
+        from_dict({"protocol": "NoSuchProtocol"})
 
 
 def test_aggregator_merge_state_and_mixups():

@@ -13,7 +13,7 @@ from ..decoders import ALL_DECODERS, SPARSE_DECODERS
 from ..mechanisms import SHORT_NAMES
 from ..errors import CliError
 from ..specs import registered
-from . import context_aware, frequency_consistency, linear_queries
+from . import context_aware, frequency_consistency, heavy_hitters, linear_queries
 from .distributions import parse_distribution
 from .grid import Interrupted, Point, make_points, mechanism_key, run_grid, split_decoder
 from .plotting import _METRIC_LABEL, plot
@@ -106,7 +106,8 @@ def _execute(points: List[Point], name: str, out: str, seed: int, jobs: int, met
 
 # Presets that are not a grid of distribution-estimation points: name -> (description, runner)
 STUDIES = {"linear-queries": (linear_queries.DESCRIPTION, linear_queries.run),
-           "consistency": (frequency_consistency.DESCRIPTION, frequency_consistency.run)}
+           "consistency": (frequency_consistency.DESCRIPTION, frequency_consistency.run),
+           "heavy-hitters": (heavy_hitters.DESCRIPTION, heavy_hitters.run)}
 
 
 def _run_study(name: str, args: argparse.Namespace, runs: Any, seed: int) -> int:

@@ -63,6 +63,7 @@ PERSONALIZATION = b"ldpdist.hh.v1"
 _TAG_BYTES, _TAG_STR, _TAG_INT = b"\x01", b"\x02", b"\x03"
 _U64_MAX = 2**64 - 1
 _CACHEABLE = (str, bytes, int)
+_EXACT = {str, bytes, int}  # types whose items are never equal to an item of another
 
 
 def _key(seed: Any) -> bytes:
@@ -163,9 +164,27 @@ def hash_items(items: Iterable[Any], seed: int = 0) -> np.ndarray:
     """
     key = _key(seed)
     values = _item_list(items)
+    blake2b = hashlib.blake2b
+    if set(map(type, values)) <= _EXACT:
+        # Only exact str, bytes and int: no two of them are equal across types, so the
+        # distinct items are the keys of one dict (built at C speed) and each is hashed once.
+        # The keyed state is set up once and copied per item (keying hashes a whole block).
+        keyed = blake2b(digest_size=8, key=key, person=PERSONALIZATION)
+        table = dict.fromkeys(values)
+        for item in table:
+            try:
+                message = (_TAG_STR + item.encode("utf-8") if type(item) is str
+                           else _message(item))
+            except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+                message = b""
+            if not message or len(message) > MAX_ITEM_BYTES + 1:
+                _message(item, values.index(item))  # raises, naming the item's position
+            state = keyed.copy()
+            state.update(message)
+            table[item] = int.from_bytes(state.digest(), "big")
+        return np.fromiter(map(table.__getitem__, values), dtype=np.uint64, count=len(values))
     out = np.empty(len(values), dtype=np.uint64)
     cache: Dict[Any, int] = {}
-    blake2b = hashlib.blake2b
     for i, item in enumerate(values):
         # ``type`` is part of the key: b"a" and "a" hash differently, and bools are refused
         cacheable = type(item) in _CACHEABLE

@@ -159,7 +159,7 @@ class HeavyHitterProtocol:
 
     def _check_reports(self, array: np.ndarray) -> np.ndarray:
         """``array`` if every report is well formed, else ``ValueError`` naming the first
-        malformed one (by default from :meth:`_invalid_mask`)."""
+        malformed one (by default from ``_invalid_mask``)."""
         bad = self._invalid_mask(array)
         if bad.any():
             i = int(np.argmax(bad))
@@ -346,8 +346,8 @@ class HeavyHitterProtocol:
 
 class HeavyHitterAggregator:
     """Counting shared by both aggregators: typed reports in, batch ids, merging, and the
-    checksummed state. Subclasses keep their own payload (:meth:`_take`, :meth:`_join`,
-    :meth:`_payload`, :meth:`_load`). Thread-safe (one lock)."""
+    checksummed state. Subclasses keep their own payload (``_take``, ``_join``,
+    ``_payload``, ``_load``). Thread-safe (one lock)."""
 
     _payload_kind: ClassVar[str] = ""
 

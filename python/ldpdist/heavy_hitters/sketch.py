@@ -1,0 +1,541 @@
+"""Apple's count-mean sketch (CMS) and its Hadamard variant (HCMS) over the hashed domain of
+:mod:`ldpdist.heavy_hitters.items` (Apple Differential Privacy Team, "Learning with Privacy
+at Scale", Apple Machine Learning Journal, 2017).
+
+One class, :class:`~ldpdist.heavy_hitters.CountMeanSketch`, with a ``hadamard`` flag: the two
+variants share the
+public row hashes, the server's sums and the debiased estimator, and differ only in what a
+user sends (a whole m-bit vector, or one Hadamard coefficient bit).
+
+Row hashes (version 1, normative)
+---------------------------------
+The sketch has d rows of m buckets. Row j's hash maps a 64-bit input value v (the item's
+hashed value, or for SFP's fragment records the fragment value) to a bucket in ``[0, m)``:
+
+.. code-block:: text
+
+    salt_j = int.from_bytes(BLAKE2b(label || j.to_bytes(4, "little"), digest_size=8,
+                                    key=seed.to_bytes(32, "little"),
+                                    person=b"ldpdist.cms.v1"), "little")
+    z      = fmix64(v XOR salt_j)        (MurmurHash3's 64-bit finalizer, below)
+    h_j(v) = (z * m) >> 64               (the high 64 bits of the 128-bit product)
+
+    fmix64(z): z ^= z >> 33; z *= 0xff51afd7ed558ccd (mod 2**64); z ^= z >> 33;
+               z *= 0xc4ceb9fe1a85ec53 (mod 2**64); z ^= z >> 33
+
+``label`` is ``b"item"`` for the sketch of items (CMS/HCMS, and SFP's whole-string records)
+and ``b"fragment"`` for SFP's fragment records. For m a power of two, ``h_j(v)`` is the top
+``log2(m)`` bits of z. Test vectors: ``tests/data/heavy_hitters_sketch_v1.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from fractions import Fraction
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import numpy as np
+
+from .._validation import integer
+from ..kernels import fwht
+from ..mechanisms.base import check_epsilon
+from .items import _item_list
+from .protocol import (HeavyHitterProtocol, ItemFrequencies, SketchAggregator,
+                       register_protocol)
+
+__all__ = ["CountMeanSketch", "CountMeanSketchAggregator", "sketch_salts", "sketch_buckets",
+           "fmix64"]
+
+SKETCH_PERSONALIZATION = b"ldpdist.cms.v1"
+#: CMS flips each bit with probability a multiple of 2**-16 (16 random bits per coordinate).
+CMS_UNIT_BITS = 16
+#: HCMS flips its one bit with probability a multiple of 2**-53.
+HCMS_UNIT_BITS = 53
+#: The sketch's largest width m and number of rows d, and the largest d * m.
+MAX_M, MAX_D, MAX_CELLS = 2**16, 2**16, 2**24
+_CHUNK = 8192  # users per block of the sampler (the draws depend on it: fixed)
+_C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_S33, _S32, _LO32 = np.uint64(33), np.uint64(32), np.uint64(0xFFFFFFFF)
+
+
+def fmix64(z: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finalizer (a bijection of uint64), elementwise."""
+    z = np.asarray(z, dtype=np.uint64).copy()
+    z ^= z >> _S33
+    z *= _C1
+    z ^= z >> _S33
+    z *= _C2
+    z ^= z >> _S33
+    return z
+
+
+def sketch_salts(seed: int, d: int, label: bytes = b"item") -> np.ndarray:
+    """The d row salts ``salt_j`` (uint64) of the public row hashes (module documentation)."""
+    key = integer(seed, "seed", minimum=0, maximum=2**256 - 1).to_bytes(32, "little")
+    return np.array([int.from_bytes(hashlib.blake2b(
+        label + j.to_bytes(4, "little"), digest_size=8, key=key,
+        person=SKETCH_PERSONALIZATION).digest(), "little") for j in range(d)], dtype=np.uint64)
+
+
+def sketch_buckets(values: np.ndarray, salts: np.ndarray, m: int) -> np.ndarray:
+    """``h_j(v) = (fmix64(v ^ salt_j) * m) >> 64`` with broadcasting of ``values`` against
+    ``salts`` (int64 result, in ``[0, m)``)."""
+    z = fmix64(np.asarray(values, dtype=np.uint64) ^ np.asarray(salts, dtype=np.uint64))
+    mm = np.uint64(m)
+    # (z * m) >> 64 exactly for m < 2**32: z = hi * 2**32 + lo
+    return (((z >> _S32) * mm + (((z & _LO32) * mm) >> _S32)) >> _S32).astype(np.int64)
+
+
+def _bit_counts(words: np.ndarray) -> np.ndarray:
+    """How many rows of ``words`` ((N, W) uint64) have bit b set, for each b < 64 W (bit
+    b % 64 of word b // 64): bit-sliced pairwise additions (exact integer counts, one bit
+    plane per binary digit) down to at most 64 partial sums, which are then unpacked."""
+    planes = [np.asarray(words, dtype=np.uint64)]
+    while planes[0].shape[0] > 64:
+        if planes[0].shape[0] % 2:
+            planes = [np.concatenate([p, np.zeros((1, p.shape[1]), np.uint64)]) for p in planes]
+        new, carry = [], None
+        for p in planes:
+            a, b = p[0::2], p[1::2]
+            x = a ^ b
+            if carry is None:
+                new.append(x)
+                carry = a & b
+            else:
+                new.append(x ^ carry)
+                carry = (a & b) | (carry & x)
+        new.append(carry)
+        planes = new
+    counts = np.zeros(planes[0].shape[1] * 64, dtype=np.int64)
+    for i, p in enumerate(planes):
+        bits = np.unpackbits(np.ascontiguousarray(p, dtype="<u8").view(np.uint8), axis=1,
+                             bitorder="little")
+        counts += bits.sum(axis=0, dtype=np.int64) << i
+    return counts
+
+
+def _parity(x: np.ndarray) -> np.ndarray:
+    return (np.bitwise_count(x) & 1).astype(np.uint8)
+
+
+class Sketch:
+    """The shared machinery of a (H)CMS: parameters, the exact flip probability, the
+    sampler given per-user buckets, the sums and the debiased counts. Used by
+    :class:`~ldpdist.heavy_hitters.CountMeanSketch` and by SFP (two sketches of the same
+    parameters)."""
+
+    def __init__(self, epsilon: float, m: int, d: int, hadamard: bool):
+        self.epsilon, self.m, self.d, self.hadamard = epsilon, m, d, hadamard
+        self.unit_bits = HCMS_UNIT_BITS if hadamard else CMS_UNIT_BITS
+        unit = 2**self.unit_bits
+        # flip probability q = F / 2**unit_bits: the smallest such multiple above
+        # 1 / (1 + e^(ε/2)) (CMS: two coordinates change) or 1 / (1 + e^ε) (HCMS), so
+        # that the realized ε never exceeds ε
+        half = epsilon if hadamard else epsilon / 2
+        q = 1.0 / (1.0 + math.exp(half))
+        F = math.floor(q * unit) + (4 if hadamard else 1)
+        while F < unit // 2 and self._realized(F) > epsilon:
+            F += 1
+        if F >= unit // 2:
+            raise ValueError(f"epsilon = {epsilon!r} is too small: the flip probability rounds "
+                             f"to 1/2 at the resolution 2**-{self.unit_bits}")
+        self.F = F
+        self.words = -(-m // 64)
+
+    def _realized(self, F: int) -> float:
+        unit = 2**self.unit_bits
+        ratio = math.log(float(Fraction(unit - F, F)))
+        return ratio if self.hadamard else 2 * ratio
+
+    @property
+    def q(self) -> float:
+        """The flip probability (exact)."""
+        return self.F / 2**self.unit_bits
+
+    @property
+    def realized_epsilon(self) -> float:
+        return self._realized(self.F)
+
+    @property
+    def c(self) -> float:
+        """``1 / (1 - 2q)``: the paper's ``c_ε`` at the realized q."""
+        return 1.0 / (1.0 - 2.0 * self.q)
+
+    def fields(self) -> list:
+        """The report fields of the sketch (after any protocol fields)."""
+        if self.hadamard:
+            return [("row", "<u2"), ("col", "<u2"), ("bit", "u1")]
+        return [("row", "<u2"), ("bits", "<u8", (self.words,))]
+
+    def state_shape(self) -> Tuple[int, ...]:
+        # CMS: per row j, the count of 1-bits in each column, and (column m) the reports of
+        # row j; HCMS: per (j, l), [0] the reports and [1] their 1-bits
+        return (2, self.d, self.m) if self.hadamard else (self.d, self.m + 1)
+
+    # -- sampler ---------------------------------------------------------------------------
+
+    def _flip_words(self, rng: np.random.Generator, c: int) -> np.ndarray:
+        """(c, words) uint64 whose bits are independent Bernoulli(F / 2**16) (a bit-sliced
+        comparison of 16-bit uniforms with F), padding bits zero."""
+        K, F = self.unit_bits, self.F
+        raw = rng.bit_generator.random_raw(c * self.words * K).reshape(K, c, self.words)
+        lt = np.zeros((c, self.words), dtype=np.uint64)
+        eq = np.full((c, self.words), np.uint64(2**64 - 1))
+        for i in range(K - 1, -1, -1):  # bit i of U, most significant first
+            r = raw[i]
+            if (F >> i) & 1:
+                lt |= eq & ~r
+                eq &= r
+            else:
+                eq &= ~r
+        if self.m % 64:
+            lt[:, -1] &= np.uint64((1 << (self.m % 64)) - 1)
+        return lt
+
+    def sample(self, n: int, rng: np.random.Generator,
+               buckets: Callable[[slice, np.ndarray], np.ndarray], out: np.ndarray) -> None:
+        """Fill ``out`` (structured, with the ``fields()``) for n users; ``buckets(sl,
+        rows)`` gives the bucket ``h_row(v)`` of the users ``sl`` at their drawn rows."""
+        unit = np.uint64(self.F)
+        for start in range(0, n, _CHUNK):
+            sl = slice(start, min(n, start + _CHUNK))
+            c = sl.stop - sl.start
+            rows = rng.integers(0, self.d, size=c, dtype=np.uint16)
+            h = buckets(sl, rows.astype(np.int64))
+            block = out[sl]
+            block["row"] = rows
+            if self.hadamard:
+                col = rng.integers(0, self.m, size=c, dtype=np.uint16)
+                flip = (rng.bit_generator.random_raw(c) >> np.uint64(11)) < unit
+                plus = 1 - _parity(col.astype(np.uint64) & h.astype(np.uint64))  # H[l,h]=+1
+                block["col"] = col
+                block["bit"] = plus ^ flip.astype(np.uint8)
+            else:
+                words = self._flip_words(rng, c)
+                words[np.arange(c), h >> 6] ^= np.uint64(1) << (h & 63).astype(np.uint64)
+                block["bits"] = words
+
+    # -- checks and sums --------------------------------------------------------------------
+
+    def invalid_mask(self, array: np.ndarray) -> np.ndarray:
+        """Boolean mask of the malformed reports (row >= d; HCMS column >= m or bit > 1;
+        CMS a bit set past m)."""
+        bad = array["row"] >= self.d
+        if self.hadamard:
+            bad |= (array["col"] >= self.m) | (array["bit"] > 1)
+        elif self.m % 64:
+            pad = ~np.uint64((1 << (self.m % 64)) - 1)
+            bad |= (array["bits"][:, -1] & pad) != 0
+        return bad
+
+    def describe(self, report: Any) -> str:
+        if int(report["row"]) >= self.d:
+            return f"row {int(report['row'])} is not in [0, d = {self.d})"
+        if self.hadamard:
+            return (f"column {int(report['col'])} (must be < m = {self.m}) or bit "
+                    f"{int(report['bit'])} (must be 0 or 1)")
+        return f"a bit is set past the m = {self.m} buckets of the sketch"
+
+    def absorb(self, sums: np.ndarray, array: np.ndarray) -> None:
+        """Add the reports' contribution to the integer sums (in place)."""
+        d, m = self.d, self.m
+        rows = array["row"].astype(np.int64)
+        if self.hadamard:
+            idx = rows * m + array["col"]
+            sums[0] += np.bincount(idx, minlength=d * m).reshape(d, m)
+            sums[1] += np.bincount(idx[array["bit"] == 1], minlength=d * m).reshape(d, m)
+            return
+        sums[:, m] += np.bincount(rows, minlength=d)
+        order = np.argsort(rows, kind="stable")
+        ends = np.cumsum(np.bincount(rows, minlength=d))
+        words = array["bits"]
+        for j in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
+            mine = words[order[ends[j - 1] if j else 0:ends[j]]]
+            sums[j, :m] += _bit_counts(mine)[:m]
+
+    def check_sums(self, sums: np.ndarray, n: int) -> None:
+        if self.hadamard:
+            if (sums < 0).any() or (sums[1] > sums[0]).any() or int(sums[0].sum()) != n:
+                raise ValueError("the sums are not those of n reports")
+        else:
+            per_row = sums[:, self.m]
+            if (sums < 0).any() or (sums[:, :self.m] > per_row[:, None]).any() \
+                    or int(per_row.sum()) != n:
+                raise ValueError("the sums are not those of n reports")
+
+    def support_table(self, sums: np.ndarray) -> np.ndarray:
+        """(d, m) int64: for CMS the 1-bit counts; for HCMS the inverse-transformed signed
+        sums ``(T_j H)[b]`` (T_j[l] = sum of the ±1 bits of row j, column l; exact)."""
+        if not self.hadamard:
+            return np.ascontiguousarray(sums[:, :self.m])
+        signed = (2 * sums[1] - sums[0]).astype(np.float64)  # |values| <= n < 2**53: exact
+        return np.stack([fwht(row) for row in signed]).astype(np.int64) if self.d else signed
+
+    def frequencies(self, total: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
+        """Estimates and standard errors from ``total = sum_j table[j, h_j(t)]`` of n reports.
+
+        CMS: total = B, the reports whose bit at their row's bucket of t is 1;
+        f = m/(m-1) (c B/n + (1-c)/2 - 1/m). HCMS: total = U, the sum of the reports' ±1
+        bits times ``H[l, h_j(t)]``; f = m/(m-1) (c U/n - 1/m)."""
+        m, c = self.m, self.c
+        a = m / (m - 1)
+        mean = total / n
+        if self.hadamard:
+            est = a * (c * mean - 1.0 / m)
+            se = a * c * np.sqrt(np.maximum(1.0 - mean**2, 0.0) / n)
+        else:
+            est = a * (c * mean + (1.0 - c) / 2 - 1.0 / m)
+            se = a * c * np.sqrt(mean * (1.0 - mean) / n)
+        return est, se
+
+    def channel(self, max_entries: int = 2**22) -> np.ndarray:
+        """The exact channel: rows every tuple ``(h_0, ..., h_{d-1})`` of buckets (row index
+        ``sum_j h_j m**(d-1-j)``); columns CMS ``j * 2**m + sum_l b_l 2**l`` (b the bits),
+        HCMS ``(j * m + l) * 2 + bit``."""
+        d, m, q = self.d, self.m, self.q
+        rows = m**d
+        cols = d * (2 * m if self.hadamard else 2**m)
+        if rows * cols > max_entries:
+            raise ValueError(f"the channel has {rows} × {cols} entries, more than max_entries "
+                             f"= {max_entries}")
+        tuples = np.array(np.unravel_index(np.arange(rows), (m,) * d)).T  # (rows, d)
+        Q = np.zeros((rows, d, cols // d))
+        if self.hadamard:
+            ls = np.arange(m)
+            for j in range(d):
+                plus = 1 - _parity((ls[None, :] & tuples[:, j:j + 1]).astype(np.uint64))
+                for bit in (0, 1):
+                    Q[:, j, bit::2] = np.where(plus == bit, 1 - q, q) / (d * m)
+        else:
+            patterns = (np.arange(2**m)[:, None] >> np.arange(m)[None, :]) & 1  # (2**m, m)
+            for j in range(d):
+                truth = (np.arange(m)[None, :] == tuples[:, j:j + 1]).astype(int)  # (rows, m)
+                differ = (patterns[None, :, :] != truth[:, None, :]).sum(axis=2)
+                Q[:, j, :] = q**differ * (1 - q)**(m - differ) / d
+        return Q.reshape(rows, cols)
+
+
+def _check_shape(m: Any, d: Any, hadamard: Any) -> Tuple[int, int, bool]:
+    if not isinstance(hadamard, (bool, np.bool_)):
+        raise TypeError(f"hadamard must be a bool, got {type(hadamard).__name__}")
+    m = integer(m, "m", minimum=2, maximum=MAX_M)
+    d = integer(d, "d", minimum=1, maximum=MAX_D)
+    if hadamard and m & (m - 1):
+        raise ValueError(f"m = {m} is not a power of two: HCMS needs m = 2**j (the Hadamard "
+                         "transform)")
+    if d * m > MAX_CELLS:
+        raise ValueError(f"d * m = {d * m} sketch cells is more than {MAX_CELLS}")
+    return m, d, bool(hadamard)
+
+
+@register_protocol
+class CountMeanSketch(HeavyHitterProtocol):
+    """Apple's count-mean sketch (CMS), or its Hadamard variant (HCMS) with
+    ``hadamard=True``: a frequency oracle over items, from one report per user.
+
+    Apple Differential Privacy Team, "Learning with Privacy at Scale", Apple Machine
+    Learning Journal, 2017.
+
+    Items are hashed to ``v = h64 >> (64 - bits)`` (:mod:`ldpdist.heavy_hitters.items`);
+    the sketch's d public row hashes ``h_j`` map v into ``[0, m)`` (module documentation).
+    A user draws a row j uniformly, then
+
+    * CMS: sends j and the m-bit vector that is 1 at ``h_j(v)`` and 0 elsewhere, every bit
+      flipped independently with probability ``q ≈ 1/(1 + e^(ε/2))``;
+    * HCMS (m a power of two): draws a column l uniformly and sends (j, l) and the bit
+      ``[H[l, h_j(v)] = +1]`` (H the m × m Sylvester–Hadamard matrix,
+      ``H[l, b] = (-1)^popcount(l & b)``), flipped with probability ``q ≈ 1/(1 + e^ε)``.
+
+    q is the smallest multiple of 2**-16 (CMS) or 2**-53 (HCMS) at least the formula, so
+    ``realized_epsilon`` (``2 ln((1-q)/q)``, resp. ``ln((1-q)/q)``) is at most ε.
+
+    The server keeps integer sums
+    (:class:`~ldpdist.heavy_hitters.CountMeanSketchAggregator`) and estimates a
+    candidate t by the paper's debiased estimator
+    ``m/(m-1) (mean_j M[j, h_j(t)] / n - 1/m)``. With these fixed hashes it is exactly
+    unbiased for ``f(t) + m/(m-1) (C(t) - (1 - f(t))/m)``, where
+    ``C(t) = sum over items y != t of f(y) · (fraction of rows j with h_j(y) = h_j(t))``:
+    the frequency plus the mass of the items colliding with t beyond its expected value
+    (zero on average over random hash functions, which is the paper's m/(m-1) correction).
+
+    Parameters
+    ----------
+    epsilon : float
+        Privacy per user (ε > 0).
+    m : int, default 1024
+        Sketch width (buckets per row), 2 ≤ m ≤ 2**16; a power of two for HCMS. A CMS
+        report carries m bits.
+    d : int, default 64
+        Number of rows (hash functions), d * m ≤ 2**24.
+    hadamard : bool, default False
+        HCMS instead of CMS.
+    top : int, default 32
+        Default number of items
+        :meth:`~ldpdist.heavy_hitters.CountMeanSketchAggregator.identify` returns.
+    bits : int, default 64
+        Width of the hashed item domain.
+    seed : int, default 0
+        Public seed of the item hash and of the row hashes.
+
+    Examples
+    --------
+    >>> from ldpdist.heavy_hitters import CountMeanSketch
+    >>> cms = CountMeanSketch(epsilon=4.0, m=256, d=16)
+    >>> round(cms.q * 2**16), cms.realized_epsilon <= 4.0
+    (7813, True)
+    """
+
+    protocol_name = "CMS"
+    _reports_noun = "cms"
+
+    def __init__(self, epsilon: float, *, m: int = 1024, d: int = 64, hadamard: bool = False,
+                 top: int = 32, bits: int = 64, seed: int = 0):
+        self._epsilon = check_epsilon(epsilon)
+        self._m, self._d, self._hadamard = _check_shape(m, d, hadamard)
+        self._top = integer(top, "top", minimum=1, maximum=2**20)
+        self._bits = integer(bits, "bits", minimum=1, maximum=64)
+        self._seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
+        self._sketch = Sketch(self._epsilon, self._m, self._d, self._hadamard)
+        self._salts = sketch_salts(self._seed, self._d, b"item")
+        self._dtype = np.dtype(self._sketch.fields())
+
+    def _params(self) -> Dict[str, Any]:
+        return {"epsilon": self._epsilon, "m": self._m, "d": self._d,
+                "hadamard": self._hadamard, "top": self._top, "bits": self._bits,
+                "seed": self._seed}
+
+    # -- parameters --------------------------------------------------------------------
+
+    @property
+    def m(self) -> int:
+        """Sketch width."""
+        return self._m
+
+    @property
+    def d(self) -> int:
+        """Number of rows (hash functions)."""
+        return self._d
+
+    @property
+    def hadamard(self) -> bool:
+        """True for HCMS."""
+        return self._hadamard
+
+    @property
+    def top(self) -> int:
+        """Default number of items identify returns."""
+        return self._top
+
+    @property
+    def q(self) -> float:
+        """The flip probability (exact: a multiple of 2**-16 for CMS, 2**-53 for HCMS)."""
+        return self._sketch.q
+
+    @property
+    def realized_epsilon(self) -> float:
+        """Exact ε of the channel: ``2 ln((1-q)/q)`` (CMS) or ``ln((1-q)/q)`` (HCMS)."""
+        return self._sketch.realized_epsilon
+
+    @property
+    def groups(self) -> int:
+        """One group: every user runs the same channel."""
+        return 1
+
+    @property
+    def report_dtype(self) -> np.dtype:
+        """CMS: ``row`` (uint16) and ``bits`` (ceil(m/64) little-endian uint64 words, bucket
+        b at bit ``b % 64`` of word ``b // 64``, padding bits zero); HCMS: ``row``,
+        ``col`` (uint16) and ``bit`` (uint8, 1 for +1)."""
+        return self._dtype
+
+    @property
+    def salts(self) -> np.ndarray:
+        """The row salts (uint64), public."""
+        return self._salts.copy()
+
+    def buckets(self, values: Any) -> np.ndarray:
+        """``h_j(v)`` of hashed values, shape (len(values), d), int64."""
+        v = np.asarray(values, dtype=np.uint64).reshape(-1, 1)
+        return sketch_buckets(v, self._salts[None, :], self._m)
+
+    def group_channel(self, group: int = 0, max_entries: int = 2**22) -> np.ndarray:
+        """The exact channel (rows and columns as below): rows are the tuples of buckets
+        ``(h_0(v), ..., h_{d-1}(v))`` in lexicographic order, i.e. row
+        ``sum_j h_j(v) m**(d-1-j)`` is the channel of every item with those buckets."""
+        integer(group, "group", minimum=0, maximum=0)
+        return self._sketch.channel(max_entries)
+
+    # -- client ------------------------------------------------------------------------
+
+    def _privatize_hashed(self, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        out = np.zeros(values.size, dtype=self._dtype)
+        salts, m = self._salts, self._m
+        self._sketch.sample(values.size, rng,
+                            lambda sl, rows: sketch_buckets(values[sl], salts[rows], m), out)
+        return out
+
+    def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
+        return self._sketch.invalid_mask(array)
+
+    def _describe_invalid(self, report: Any) -> str:
+        return self._sketch.describe(report)
+
+
+class CountMeanSketchAggregator(SketchAggregator):
+    """Integer sums of CMS/HCMS reports: CMS ``(d, m + 1)`` (per row the count of 1-bits of
+    each column, then the row's number of reports); HCMS ``(2, d, m)`` (per row and column
+    the number of reports, and of those with bit 1). Merging adds them."""
+
+    def _state_shape(self) -> Tuple[int, ...]:
+        return self.protocol._sketch.state_shape()
+
+    def _absorb(self, sums: np.ndarray, reports: np.ndarray) -> None:
+        self.protocol._sketch.absorb(sums, reports)
+
+    def _check_sums(self, sums: np.ndarray, n: int) -> None:
+        self.protocol._sketch.check_sums(sums, n)
+
+    def _estimate_values(self, values: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        protocol = self.protocol
+        if self.n == 0:
+            raise ValueError("no reports: add reports before estimating")
+        table = protocol._sketch.support_table(self._sums)
+        b = protocol.buckets(values)  # (k, d)
+        total = table[np.arange(protocol.d)[None, :], b].sum(axis=1)
+        return protocol._sketch.frequencies(total, self.n)
+
+    def estimate(self, candidates: Iterable[Any]) -> ItemFrequencies:
+        """Frequencies of candidate items, in their order, with standard errors. Each is
+        exactly unbiased for the item's frequency plus its collision term (see
+        :class:`~ldpdist.heavy_hitters.CountMeanSketch`): items that share t's bucket in some
+        rows add to it."""
+        values = _item_list(candidates)
+        if not values:
+            raise ValueError("candidates is empty")
+        hashed = self.protocol.hash(values)
+        est, se = self._estimate_values(hashed)
+        return ItemFrequencies(hashed, est, se, values, self.n)
+
+    def identify(self, top: Optional[int] = None,
+                 candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
+        """The ``top`` candidates with the largest estimates, largest first. A sketch
+        cannot enumerate the hashed domain: a dictionary of candidates is required."""
+        if candidates is None:
+            raise ValueError("CMS/HCMS cannot enumerate the 2**bits hashed values: identify "
+                             "needs a dictionary of candidate items (candidates=...); SFP finds "
+                             "unknown strings")
+        protocol = self.protocol
+        top = protocol.top if top is None else integer(top, "top", minimum=1, maximum=2**20)
+        names = protocol._name_items(candidates)
+        if not names:
+            raise ValueError("candidates is empty")
+        hashed = np.array(list(names), dtype=np.uint64)
+        est, se = self._estimate_values(hashed)
+        order = np.lexsort((hashed, -est))[:top]
+        hashed = hashed[order]
+        return ItemFrequencies(hashed, est[order], se[order],
+                               [names[int(h)] for h in hashed], self.n)
+
+
+CountMeanSketch.aggregator_class = CountMeanSketchAggregator
