@@ -682,6 +682,90 @@ def heavy_hitters(ctx: Context) -> None:
     write_fragment(ctx, "heavy-hitters", table, caption)
 
 
+# -- the privacy ledger: a year of daily collection ----------------------------------------
+
+#: The campaign of the docs page "A year of daily collection": k-ary randomized response,
+#: one report per user per day, the campaign's δ, the users shuffled together each day.
+ACCOUNTING_K, ACCOUNTING_DELTA, ACCOUNTING_USERS = 16, 1e-9, 10**6
+ACCOUNTING_EPSILONS = (0.5, 1.0)
+ACCOUNTING_DAYS = (1, 30, 365)
+ACCOUNTING_FIGURE_DAYS = (1, 2, 3, 5, 7, 10, 15, 20, 30, 45, 60, 90, 120, 150, 180, 240,
+                          300, 365)
+
+
+def _accounting_delta() -> str:
+    return power(int(round(math.log10(ACCOUNTING_DELTA))))
+
+
+def _accounting_totals(epsilon: float, days: int) -> Dict[str, Any]:
+    """The campaign's report for each choice after ``days`` daily collections."""
+    from ldpdist import RandomizedResponse
+    from ldpdist.privacy import Campaign
+
+    mech = RandomizedResponse(ACCOUNTING_K, epsilon)
+    return {
+        "fresh": Campaign(delta=ACCOUNTING_DELTA).collect(mech, times=days).report(),
+        "memoized": Campaign(delta=ACCOUNTING_DELTA).collect(
+            mech, times=days, memoized=True).report(),
+        "shuffled": Campaign(delta=ACCOUNTING_DELTA).collect(
+            mech, times=days, shuffled_among=ACCOUNTING_USERS).report(),
+    }
+
+
+@register("accounting", ("generated/accounting.md", "figures/accounting.png"),
+          "a year of daily collection: total eps of fresh, memoized and shuffled reports "
+          "after 1, 30 and 365 days (the privacy ledger)", cost=15)
+def accounting(ctx: Context) -> None:
+    choices = {"fresh": "fresh reports every day",
+               "memoized": "memoized (one report, re-sent)",
+               "shuffled": f"fresh, shuffled among {count(ACCOUNTING_USERS)} users"}
+    body = []
+    for epsilon in ACCOUNTING_EPSILONS:
+        reports = {days: _accounting_totals(epsilon, days) for days in ACCOUNTING_DAYS}
+        for key, text in choices.items():
+            cells = [significant(reports[days][key].epsilon) for days in ACCOUNTING_DAYS]
+            year = reports[ACCOUNTING_DAYS[-1]][key]
+            body.append([f"{epsilon:g}", text, *cells, year.method])
+    table = markdown_table(["ε₀", "reports", *(f"after {d} day{'s' if d > 1 else ''}"
+                                                for d in ACCOUNTING_DAYS),
+                            f"rule after {ACCOUNTING_DAYS[-1]} days"], body,
+                           ["r", "l"] + ["r"] * len(ACCOUNTING_DAYS) + ["l"])
+    caption = (f"made by `python docs/generate.py --only accounting` with "
+               f"`ldpdist.privacy.Campaign`: total ε (nats) of one user after d daily "
+               f"collections of k-ary randomized response (k = {ACCOUNTING_K}, the realized "
+               f"ε₀ of its channel) at the campaign's δ = {_accounting_delta()}, the smallest "
+               f"of basic, advanced and mixed composition (the last column: which); "
+               f"shuffled: each day's central ε by the numerical bound of Feldman, McMillan "
+               f"and Talwar (FOCS 2021), at δ/(2d) per day")
+    write_fragment(ctx, "accounting", table, caption)
+    if not ctx.figures:
+        return
+
+    import matplotlib.pyplot as plt
+
+    from ldpdist.experiments.plotting import style_panel, subplots
+
+    epsilon = max(ACCOUNTING_EPSILONS)
+    fig, (axis,) = subplots(1, 1, width=5.6)
+    days = list(ACCOUNTING_FIGURE_DAYS)
+    series = {key: [] for key in choices}
+    for d in days:
+        for key, report in _accounting_totals(epsilon, d).items():
+            series[key].append(report.epsilon)
+    styles = {"fresh": ("black", "o"), "memoized": ("0.45", "s"), "shuffled": ("0.2", "^")}
+    for key, text in choices.items():
+        color, marker = styles[key]
+        axis.plot(days, series[key], color=color, marker=marker, markersize=4,
+                  linewidth=1.2, label=text)
+    axis.set_yscale("log")
+    style_panel(axis, 0, f"total ε of a year of daily reports (ε₀ = {epsilon:g})",
+                "days of collection", f"total ε (δ = {_accounting_delta()})")
+    axis.legend(loc="center right", bbox_to_anchor=(1.0, 0.66), frameon=False, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(ctx.figure("accounting.png"), dpi=150)
+    plt.close(fig)
+
+
 # -- the planner's validation grid --------------------------------------------------------
 
 #: (k, ε, n, distribution): every k from 10² to 2²⁰, ε from 0.25 to 8, n from 10⁴ to 10⁸,

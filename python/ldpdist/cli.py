@@ -2,8 +2,9 @@
 
 Subcommands are registered by the modules that implement them:
 ``ldpdist.experiments`` (``reproduce``, ``simulate``), ``ldpdist.deploy`` (``spec``,
-``privatize``, ``aggregate``, ``estimate``) and ``ldpdist.planner`` (``plan``). Errors are
-one line on stderr and a non-zero exit status, never a traceback.
+``privatize``, ``aggregate``, ``estimate``), ``ldpdist.planner`` (``plan``) and
+``ldpdist.accounting`` (``privacy``). Errors are one line on stderr and a non-zero exit
+status, never a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .errors import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__, deploy, experiments, planner
+    from . import __version__, accounting, deploy, experiments, planner
     from .heavy_hitters import cli as heavy_hitters
 
     parser = argparse.ArgumentParser(
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     experiments.register(commands)
     deploy.register(commands)
     planner.register(commands)
+    accounting.register(commands)
     heavy_hitters.register(commands)
     return parser
 

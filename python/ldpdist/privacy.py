@@ -41,6 +41,10 @@ import numpy as np
 
 from . import _core, memory
 from ._validation import as_array, integer, shown
+from .accounting import Campaign, CampaignReport, CollectionCost
+from .amplification import (clone_parameters, closed_form_applies, shuffle_delta,
+                            shuffle_delta_for_channel, shuffle_epsilon,
+                            shuffle_epsilon_for_channel, shuffle_rr_delta, shuffle_rr_epsilon)
 
 __all__ = [
     "Violation",
@@ -51,6 +55,17 @@ __all__ = [
     "high_low_budgets",
     "block_budgets",
     "block_labels",
+    "shuffle_epsilon",
+    "shuffle_delta",
+    "shuffle_rr_epsilon",
+    "shuffle_rr_delta",
+    "closed_form_applies",
+    "clone_parameters",
+    "shuffle_epsilon_for_channel",
+    "shuffle_delta_for_channel",
+    "Campaign",
+    "CampaignReport",
+    "CollectionCost",
 ]
 
 

@@ -177,6 +177,10 @@ def from_dict(spec: Dict[str, Any]) -> Any:
     if "mechanism" not in spec:
         raise ValueError(f"the spec is missing the field 'mechanism' (one of "
                          f"{sorted(_REGISTRY)})")
+    if isinstance(spec["mechanism"], str) and spec["mechanism"] not in _REGISTRY:
+        built = _longitudinal_mechanism(spec)
+        if built is not None:
+            return built
     name = spec.pop("mechanism")
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"unknown mechanism {shown(name)}; known: {sorted(_REGISTRY)}")
@@ -229,6 +233,16 @@ def _heavy_hitter_protocol(spec: Dict[str, Any]) -> Any:
     built = heavy_hitters.from_dict(spec)
     _check_recorded(recorded, built)
     return built
+
+
+def _longitudinal_mechanism(spec: Dict[str, Any]) -> Any:
+    """A memoized mechanism's spec (:mod:`ldpdist.longitudinal`, a registry of its own),
+    with the same recorded-fingerprint check; ``None`` when the name is not one of them."""
+    from .longitudinal import base as longitudinal  # it imports this module
+
+    if spec["mechanism"] not in longitudinal._REGISTRY:
+        return None
+    return longitudinal.from_dict(spec)
 
 
 def checked_fields(spec: Any, what: str, required: Iterable[str],
