@@ -11,7 +11,8 @@
 //! row. The data crosses memory twice instead of `log2 n` times. From 64 MiB on, a third
 //! level (`three_pass`): super-blocks of 1 MiB are transformed as above, then the columns
 //! across them through a contiguous scratch panel (two-level columns would be thousands of
-//! rows 32 KiB apart, a TLB miss each).
+//! rows 32 KiB apart, a TLB miss each). A caller that only reads the result once
+//! ([`fwht_visiting_panels`]) gets each panel of the outer pass while in cache instead.
 //!
 //! Kernels ([`Kernel`], picked at run time; the crate is compiled for baseline x86-64):
 //! on x86-64 with AVX-512F or AVX2, f64, f32 and i64 go through `std::arch` kernels (module
@@ -671,6 +672,15 @@ mod x86 {
 #[doc(hidden)]
 #[derive(Clone, Copy)]
 pub struct SendPtr<T>(*mut T);
+impl<T> SendPtr<T> {
+    /// Wrap a pointer whose users write disjoint ranges from several threads.
+    pub fn new(p: *mut T) -> Self {
+        Self(p)
+    }
+    pub fn get(&self) -> *mut T {
+        self.0
+    }
+}
 unsafe impl<T> Send for SendPtr<T> {}
 unsafe impl<T> Sync for SendPtr<T> {}
 
@@ -884,6 +894,90 @@ where
     column_pass_with(x, super_len, true, true, check, kernel)
 }
 
+/// Whether [`fwht_visiting_panels`] applies to a vector of `n` entries of `T` (the sizes
+/// that the public transform takes in three passes).
+pub fn visits_panels<T>(n: usize) -> bool {
+    n.is_power_of_two()
+        && n * std::mem::size_of::<T>() >= THREE_PASS_BYTES
+        && n > SUPER_BLOCK_BYTES / std::mem::size_of::<T>()
+}
+
+/// The transform of a vector given super-block by super-block, whose result is read panel by
+/// panel and never stored: the three-pass transform (`three_pass`) of the vector `v` that
+/// `fill` describes, where `fill(first, chunk)` writes `v[first … first + chunk.len()]`
+/// into `chunk` (whose previous contents are garbage), and `nonzero(b)` is false only for
+/// blocks of [`cache_block_len`] entries that `fill` leaves all `+0.0` (they skip the
+/// in-cache pass). The outer pass copies each panel into a scratch buffer, transforms it
+/// there and hands it to `visit(panel, rows, width, column)`: row `r` of the panel
+/// (entries `r·width … (r+1)·width`) holds outputs `r·S + column … r·S + column + width`,
+/// `S = n / rows`, so the panel lists its outputs in increasing index order. The panel is
+/// not copied back: `x` (length `n`, see [`visits_panels`]) is a work buffer whose contents
+/// are garbage before and after. Same stages in the same order as [`fwht_in_place`]: the
+/// same bits. One pass writes the vector and one reads it, against four passes (and a
+/// separate pass to read the result) for the in-place transform.
+pub fn fwht_visiting_panels<T, C, R>(
+    x: &mut [T],
+    fill: &(dyn Fn(usize, &mut [T]) + Sync),
+    nonzero: &(dyn Fn(usize) -> bool + Sync),
+    check: &C,
+    visit: &(dyn Fn(&[T], usize, usize, usize) -> R + Sync),
+) -> crate::error::Result<Vec<R>>
+where
+    T: Butterfly,
+    C: crate::interrupt::Check,
+    R: Send,
+{
+    assert!(
+        visits_panels::<T>(x.len()),
+        "fwht_visiting_panels: length {}",
+        x.len()
+    );
+    let kernel = Kernel::best();
+    let block = block_len::<T>();
+    let stride = SUPER_BLOCK_BYTES / std::mem::size_of::<T>();
+    let per = stride / block;
+    x.par_chunks_mut(stride)
+        .enumerate()
+        .try_for_each(|(s, chunk)| {
+            check()?;
+            fill(s * stride, chunk);
+            for (i, b) in chunk.chunks_exact_mut(block).enumerate() {
+                if nonzero(s * per + i) {
+                    T::stages(b, 1, kernel);
+                }
+            }
+            column_pass(chunk, block, false, check, kernel)
+        })?;
+    let rows = x.len() / stride;
+    let width =
+        (VISIT_PANEL_BYTES / std::mem::size_of::<T>() / rows).clamp(PANEL.min(stride), stride);
+    let x: &[T] = x;
+    (0..stride / width)
+        .into_par_iter()
+        .map_init(Vec::new, |scratch: &mut Vec<T>, t| {
+            check()?;
+            let column = t * width;
+            copy_panel(x, rows, stride, column, width, scratch);
+            T::stages(scratch, width, kernel);
+            Ok(visit(scratch, rows, width, column))
+        })
+        .collect()
+}
+
+/// Bytes of a panel of [`fwht_visiting_panels`]' outer pass (L2-resident).
+const VISIT_PANEL_BYTES: usize = 256 << 10;
+
+multiversion! {
+    /// `scratch` ← columns `column … column + width` of the `rows × stride` matrix `x`.
+    fn copy_panel<T: Butterfly>(x: &[T], rows: usize, stride: usize, column: usize, width: usize, scratch: &mut Vec<T>) {
+        scratch.clear();
+        for r in 0..rows {
+            let at = r * stride + column;
+            scratch.extend_from_slice(&x[at..at + width]);
+        }
+    }
+}
+
 /// The error for a length that is not `2^j`, or `None`.
 pub fn check_power_of_two(n: usize) -> Option<crate::error::Error> {
     (!n.is_power_of_two()).then(|| {
@@ -1064,6 +1158,56 @@ mod tests {
             .iter()
             .zip(&two)
             .all(|(a, b)| a.to_bits() == b.to_bits()));
+    }
+
+    #[test]
+    fn visiting_panels_gives_the_same_bits() {
+        // A sparse f32 input of 2^24 entries (the smallest size visited), given by `fill`
+        // into a buffer of garbage; every output is seen once, in index order per panel.
+        let n = 1usize << 24;
+        assert!(visits_panels::<f32>(n) && !visits_panels::<f32>(n / 2));
+        let block = cache_block_len::<f32>();
+        let mut entries: Vec<(usize, f32)> = (0..300usize)
+            .map(|t| ((t * 2654435761) % n, (t as f32 - 149.5) / 7.0))
+            .collect();
+        entries.sort_unstable_by_key(|e| e.0);
+        entries.dedup_by_key(|e| e.0);
+        let mut full = vec![0.0f32; n];
+        let mut nonzero = vec![false; n / block];
+        for &(i, v) in &entries {
+            full[i] += v;
+            nonzero[i / block] = true;
+        }
+        fwht_in_place(&mut full);
+        let mut x = vec![f32::NAN; n];
+        let fill = |first: usize, chunk: &mut [f32]| {
+            chunk.fill(0.0);
+            let lo = entries.partition_point(|e| e.0 < first);
+            let end = first + chunk.len();
+            for &(i, v) in entries[lo..].iter().take_while(|e| e.0 < end) {
+                chunk[i - first] += v;
+            }
+        };
+        let seen = std::sync::atomic::AtomicUsize::new(0);
+        let bad = fwht_visiting_panels(
+            &mut x,
+            &fill,
+            &|b| nonzero[b],
+            &crate::interrupt::never,
+            &|panel: &[f32], rows, width, column| {
+                seen.fetch_add(panel.len(), std::sync::atomic::Ordering::Relaxed);
+                let stride = n / rows;
+                (0..panel.len())
+                    .filter(|&i| {
+                        let at = (i / width) * stride + column + i % width;
+                        panel[i].to_bits() != full[at].to_bits()
+                    })
+                    .count()
+            },
+        )
+        .unwrap();
+        assert_eq!(bad.iter().sum::<usize>(), 0);
+        assert_eq!(seen.into_inner(), n);
     }
 
     #[test]

@@ -54,6 +54,12 @@
 //!   same accuracy (measured). Exact correlations for all k columns would add the flips of
 //!   every column each step, ~2·0.4√m terms per column (estimated at 3–4× the transform's
 //!   cost at k = 2^24; not built).
+//!   From K = 2^24 on, a ranking step never stores the transform: each super-block of its
+//!   first pass is written from the rows (no zeroing pass, no buffer kept at zero), and
+//!   each panel of its outer pass is ranked while in cache instead of being copied back
+//!   ([`hadamard::fwht_visiting_panels`](crate::hadamard::fwht_visiting_panels)): the
+//!   step writes the length-K vector once and reads it once, instead of reading and
+//!   writing it twice, then scanning and zeroing it. Same bits.
 //!   Nothing of size m × k exists.
 //! * Exact products (channel products, expected frequencies) add each column's flips.
 //! * Simulation is exact in law (the mixture form of `mechanisms`, "Simulation").
@@ -888,6 +894,86 @@ fn ranking_bytes(k: u64, transform: u64) -> u64 {
         )
 }
 
+/// [`top_list`](crate::omp::top_list)'s step: `(|value|, j)` joins the sorted list `top`
+/// of at most `count` entries unless it is no better than the last of a full list or `j`
+/// is taken. Fed in increasing `j`, the list keeps the best `count` (ties to the lowest j).
+#[inline(always)]
+fn push_top(
+    top: &mut Vec<(f64, usize)>,
+    value: f64,
+    j: usize,
+    taken: &dyn Fn(usize) -> bool,
+    count: usize,
+) {
+    let c = value.abs();
+    if count == 0 || (top.len() == count && c <= top[count - 1].0) || taken(j) {
+        return;
+    }
+    let at = top.partition_point(|&(v, _)| v >= c);
+    top.insert(at, (c, j));
+    top.truncate(count);
+}
+
+/// The largest f32 `t` with `t as f64 <= threshold` (NaN for NaN): `|v| <= t` exactly when
+/// `|v| as f64 <= threshold`.
+#[inline(always)]
+fn f32_at_most(threshold: f64) -> f32 {
+    let t = threshold as f32;
+    if t as f64 > threshold {
+        t.next_down()
+    } else {
+        t
+    }
+}
+
+crate::simd::multiversion! {
+    /// [`push_top`] for `values[i]` (as f64) and `j = first + i` in turn; once the list is
+    /// full, runs of 64 values all at most its last entry (a vector test) are skipped
+    /// whole, as `push_top` would skip each of them.
+    fn scan_top(top: &mut Vec<(f64, usize)>, values: &[f32], first: usize, taken: &dyn Fn(usize) -> bool, count: usize) {
+        for (run, chunk) in values.chunks(64).enumerate() {
+            if count > 0 && top.len() == count {
+                let t = f32_at_most(top[count - 1].0);
+                let above: u32 = chunk.iter().map(|&v| (!(v.abs() <= t)) as u32).sum();
+                if above == 0 {
+                    continue;
+                }
+            }
+            for (i, &v) in chunk.iter().enumerate() {
+                push_top(top, v as f64, first + 64 * run + i, taken, count);
+            }
+        }
+    }
+}
+
+/// Ask Linux for transparent huge pages on the (untouched) buffer `v`: the outer pass of
+/// the transform reads rows megabytes apart, a TLB miss each on 4 KiB pages. Advice only.
+fn advise_huge_pages<T>(v: &mut [T]) {
+    #[cfg(target_os = "linux")]
+    {
+        unsafe extern "C" {
+            fn madvise(addr: *mut std::ffi::c_void, len: usize, advice: i32) -> i32;
+        }
+        const MADV_HUGEPAGE: i32 = 14;
+        let start = v.as_mut_ptr() as usize;
+        let end = start + std::mem::size_of_val(v);
+        let aligned = start.div_ceil(4096) * 4096;
+        if end > aligned {
+            // SAFETY: the range lies inside the allocation of `v`; the advice changes no
+            // contents.
+            unsafe {
+                madvise(
+                    aligned as *mut std::ffi::c_void,
+                    end - aligned,
+                    MADV_HUGEPAGE,
+                );
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = v;
+}
+
 /// A in slot order for OMP: `rmatvec` is the raw product (one single-precision FWHT),
 /// which ranks the columns; `column` is exact. OMP ranks through
 /// [`top_ranked`](Dictionary::top_ranked), which scans the transform buffer in place (and
@@ -895,10 +981,15 @@ fn ranking_bytes(k: u64, transform: u64) -> u64 {
 struct SlotDictionary<'a> {
     mech: &'a HadamardCompressivePrivatization,
     /// The transform's buffer (length K), allocated on first use and reused by every step;
-    /// all zeros between steps.
+    /// all zeros between steps of [`rank_top`](Self::rank_top), garbage between those of
+    /// [`rank_top_visiting`](Self::rank_top_visiting) (the larger K, which never needs
+    /// zeros).
     scratch: Mutex<Vec<f32>>,
     /// Which blocks of the buffer hold a row (`HadamardStructure::row_blocks`).
     blocks: Vec<bool>,
+    /// `(R_y, y)` sorted by row: the rows of each super-block of
+    /// [`fwht_visiting_panels`](crate::hadamard::fwht_visiting_panels) by a binary search.
+    sorted_rows: Vec<(u64, usize)>,
 }
 
 impl<'a> SlotDictionary<'a> {
@@ -907,11 +998,153 @@ impl<'a> SlotDictionary<'a> {
             mech,
             scratch: Mutex::new(Vec::new()),
             blocks: mech.structure.row_blocks(),
+            sorted_rows: {
+                let mut rows: Vec<(u64, usize)> = mech
+                    .structure
+                    .rows
+                    .iter()
+                    .enumerate()
+                    .map(|(y, &row)| (row, y))
+                    .collect();
+                rows.sort_unstable();
+                rows
+            },
         }
     }
 
-    /// [`Dictionary::top_ranked`] on the zeroed buffer `scratch`, left zeroed.
+    /// The raw products of `r` (the transform of r scattered onto the rows, as in
+    /// [`HadamardStructure::transform_rows`]), handed panel by panel to `visit` (see
+    /// [`fwht_visiting_panels`](crate::hadamard::fwht_visiting_panels): transform index i
+    /// is column i, slot i − 1). `scratch` is a work buffer of length K.
+    fn visit_products<R: Send>(
+        &self,
+        scratch: &mut [f32],
+        r: &[f64],
+        visit: &(dyn Fn(&[f32], usize, usize, usize) -> R + Sync),
+    ) -> Result<Vec<R>> {
+        let rows = &self.sorted_rows;
+        let fill = |first: usize, chunk: &mut [f32]| {
+            chunk.fill(0.0);
+            let end = (first + chunk.len()) as u64;
+            let lo = rows.partition_point(|&(row, _)| row < first as u64);
+            for &(row, y) in rows[lo..].iter().take_while(|&&(row, _)| row < end) {
+                chunk[row as usize - first] += r[y] as f32;
+            }
+        };
+        crate::hadamard::fwht_visiting_panels(
+            scratch,
+            &fill,
+            &|b| self.blocks[b],
+            &crate::interrupt::check,
+            visit,
+        )
+    }
+
+    /// [`Dictionary::top_ranked`] for the sizes the transform takes in three passes: the
+    /// transform is never stored; each panel of its outer pass is ranked while in cache
+    /// (the same ranking, so the same columns, as [`rank_top`](Self::rank_top)). `scratch`
+    /// is left with garbage.
+    fn rank_top_visiting(
+        &self,
+        scratch: &mut Vec<f32>,
+        r: &[f64],
+        minus_ones: Option<f64>,
+        chosen: &[usize],
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        let s = &self.mech.structure;
+        let k = self.mech.k as usize;
+        let order = s.order() as usize;
+        if scratch.is_empty() {
+            *scratch = crate::memory::zeroed_vec::<f32>(order, "the FWHT buffer")?;
+            advise_huge_pages(scratch);
+        }
+        // Each panel row: the transform indices first … first + width, of which 1 … k are
+        // the columns of slots index − 1.
+        let span = |rows: usize, width: usize, column: usize, row: usize| {
+            let first = row * (order / rows) + column;
+            let lo = first.max(1);
+            let hi = (first + width).min(k + 1);
+            (lo - first, hi.saturating_sub(first), lo - 1)
+        };
+        let ones = match minus_ones {
+            None => None,
+            Some(shift) => {
+                let mut copy = crate::memory::zeroed_vec::<f32>(k, "Aᵀ1 (first OMP step)")?;
+                let out = crate::hadamard::SendPtr::new(copy.as_mut_ptr());
+                self.visit_products(
+                    scratch,
+                    &vec![1.0; self.mech.m],
+                    &|panel, rows, width, column| {
+                        for row in 0..rows {
+                            let (lo, hi, slot) = span(rows, width, column, row);
+                            if lo < hi {
+                                let values = &panel[row * width + lo..row * width + hi];
+                                // SAFETY: panels cover disjoint slots; slot + len ≤ k.
+                                unsafe {
+                                    std::slice::from_raw_parts_mut(out.get().add(slot), hi - lo)
+                                }
+                                .copy_from_slice(values);
+                            }
+                        }
+                    },
+                )?;
+                Some((copy, shift))
+            }
+        };
+        let mut sorted = chosen.to_vec();
+        sorted.sort_unstable();
+        let taken = |j: usize| sorted.binary_search(&j).is_ok();
+        let lists = self.visit_products(scratch, r, &|panel, rows, width, column| {
+            let mut top: Vec<(f64, usize)> = Vec::with_capacity(count + 1);
+            for row in 0..rows {
+                let (lo, hi, slot) = span(rows, width, column, row);
+                if lo >= hi {
+                    continue;
+                }
+                let values = &panel[row * width + lo..row * width + hi];
+                match &ones {
+                    None => scan_top(&mut top, values, slot, &taken, count),
+                    Some((o, shift)) => {
+                        for (i, (&v, &w)) in values.iter().zip(&o[slot..]).enumerate() {
+                            push_top(
+                                &mut top,
+                                v as f64 - shift * w as f64,
+                                slot + i,
+                                &taken,
+                                count,
+                            );
+                        }
+                    }
+                }
+            }
+            top
+        })?;
+        Ok(merge_top_lists(lists, count)
+            .into_iter()
+            .map(|(_, j)| j)
+            .collect())
+    }
+
+    /// [`Dictionary::top_ranked`] with the buffer `scratch`: panel by panel from K = 2^24
+    /// on ([`rank_top_visiting`](Self::rank_top_visiting)), else in place.
     fn rank_top(
+        &self,
+        scratch: &mut Vec<f32>,
+        r: &[f64],
+        minus_ones: Option<f64>,
+        chosen: &[usize],
+        count: usize,
+    ) -> Result<Vec<usize>> {
+        if crate::hadamard::visits_panels::<f32>(self.mech.structure.order() as usize) {
+            return self.rank_top_visiting(scratch, r, minus_ones, chosen, count);
+        }
+        self.rank_top_in_place(scratch, r, minus_ones, chosen, count)
+    }
+
+    /// [`rank_top`](Self::rank_top) through the in-place transform of the zeroed buffer
+    /// `scratch`, left zeroed.
+    fn rank_top_in_place(
         &self,
         scratch: &mut Vec<f32>,
         r: &[f64],
@@ -1123,6 +1356,41 @@ mod tests {
                 .sum();
             assert!((raw[slot as usize] - unbalanced).abs() < 1e-12);
             assert!((ranked[slot as usize] - unbalanced).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn ranking_by_visited_panels_equals_the_in_place_ranking() {
+        // K = 2^24: the smallest order ranked panel by panel; both rankings of the same
+        // residual (with and without the first step's intercept term, some columns taken)
+        // name the same columns in the same order, and the visited path needs no zeroed
+        // buffer (its second call starts from the first one's garbage).
+        let k = 1u64 << 23;
+        let cp = mechanism(k, 256, 6);
+        assert!(crate::hadamard::visits_panels::<f32>(
+            cp.structure.order() as usize
+        ));
+        let dict = SlotDictionary::new(&cp);
+        let r: Vec<f64> = (0..256)
+            .map(|y| ((y * 37 % 101) as f64 - 50.0) / 9.0)
+            .collect();
+        let chosen = [cp.structure.permutation.slot(5) as usize, 17, 4_000_000];
+        let mut visited = Vec::new();
+        for (ones, taken) in [
+            (None, &chosen[..0]),
+            (Some(0.37), &chosen[..]),
+            (None, &chosen[..]),
+        ] {
+            let mut zeros = vec![0.0f32; cp.structure.order() as usize];
+            let in_place = dict
+                .rank_top_in_place(&mut zeros, &r, ones, taken, 16)
+                .unwrap();
+            assert!(zeros.iter().all(|&v| v.to_bits() == 0));
+            let ranked = dict
+                .rank_top_visiting(&mut visited, &r, ones, taken, 16)
+                .unwrap();
+            assert_eq!(ranked.len(), 16);
+            assert_eq!(ranked, in_place, "ones = {ones:?}");
         }
     }
 
