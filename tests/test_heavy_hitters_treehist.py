@@ -283,7 +283,7 @@ def test_bad_input():
         TreeHist(1.0, threshold=-1)
     with pytest.raises(ValueError, match="hashes"):
         TreeHist(1.0, hashes=0)
-    with pytest.raises(ValueError, match="candidates per level"):
+    with pytest.raises(ValueError, match="candidates per round"):
         TreeHist(1.0, top=4096, step_bits=9)
     with pytest.raises(ValueError, match="items is empty"):
         th.aggregator().estimate([])

@@ -25,6 +25,7 @@ from .items import (HASH_VERSION, MAX_ITEM_BYTES, PERSONALIZATION, encode_item, 
 from .protocol import (HeavyHitterAggregator, HeavyHitterProtocol, ItemFrequencies,
                        KeptReportsAggregator, SketchAggregator, aggregator_from_bytes, from_dict,
                        protocols)
+from .prefixes import PrefixProtocol
 from .pem import PEM, PEMAggregator
 from .treehist import TreeHist, TreeHistAggregator
 from .sketch import CountMeanSketch, CountMeanSketchAggregator
@@ -36,5 +37,5 @@ __all__ = ["PEM", "PEMAggregator", "TreeHist", "TreeHistAggregator", "CountMeanS
            "SequenceFragmentPuzzleAggregator", "CompressiveHeavyHitters",
            "CompressiveAggregator", "ItemFrequencies", "from_dict", "protocols",
            "aggregator_from_bytes", "HeavyHitterProtocol", "HeavyHitterAggregator",
-           "KeptReportsAggregator", "SketchAggregator", "hash_item", "hash_items", "encode_item",
-           "MAX_ITEM_BYTES", "HASH_VERSION", "PERSONALIZATION"]
+           "KeptReportsAggregator", "SketchAggregator", "PrefixProtocol", "hash_item",
+           "hash_items", "encode_item", "MAX_ITEM_BYTES", "HASH_VERSION", "PERSONALIZATION"]

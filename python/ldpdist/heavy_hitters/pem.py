@@ -4,44 +4,22 @@ of :mod:`ldpdist.heavy_hitters.items`, with an exact OLH frequency oracle per gr
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
 from .. import _core
 from .._validation import integer
-from ..mechanisms.base import check_epsilon
 from .items import _item_list
-from .protocol import (HeavyHitterProtocol, ItemFrequencies, KeptReportsAggregator,
-                       nonempty_items, register_protocol)
+from .prefixes import MAX_CANDIDATES, PrefixProtocol  # noqa: F401 (re-exported)
+from .protocol import ItemFrequencies, KeptReportsAggregator, nonempty_items, register_protocol
 
 __all__ = ["PEM", "PEMAggregator"]
 
 #: Largest prime modulus of the OLH hash: digits and hashed values are stored in one byte.
 MAX_G = 251
-#: At most this many candidates are estimated in one round (the first round enumerates all
-#: ``2**start_bits`` prefixes, the others ``top * 2**step_bits``).
-MAX_CANDIDATES = 2**20
 _PRIMES = [p for p in range(2, MAX_G + 1) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
-_UNIT = 2**53  # the keep probability is a multiple of 2**-53 (a 53-bit uniform draw)
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
-
-
-def _keep_threshold(epsilon: float, g: int) -> int:
-    """M such that a user keeps the true hash with probability exactly ``M / 2**53``: the
-    largest multiple of 2**-53 at least 4 units below ``e^ε / (e^ε + g - 1)``, so that the
-    realized ε never exceeds ε (the rounding of the float formula is at most 1 unit)."""
-    e = math.exp(epsilon)
-    p = e / (e + g - 1) if math.isfinite(e) else 1.0
-    return max(0, math.floor(p * _UNIT) - 4)
-
-
-def _variance_factor(M: int, g: int) -> float:
-    """OLH's variance factor ``q (1 - q) / (p - q)**2`` (q = 1/g) at the realized p."""
-    p, q = M / _UNIT, 1.0 / g
-    return math.inf if p <= q else q * (1 - q) / (p - q) ** 2
 
 
 def _digits_needed(bits: int, g: int) -> int:
@@ -54,7 +32,7 @@ def _digits_needed(bits: int, g: int) -> int:
 
 
 @register_protocol
-class PEM(HeavyHitterProtocol):
+class PEM(PrefixProtocol):
     """Heavy hitters by prefix extension (PEM) over a hashed domain of ``bits``-bit values.
 
     Wang, Li, Lopuhaä-Zwakenberg, Chen & Jha, "Locally Differentially Private Heavy Hitter
@@ -126,85 +104,17 @@ class PEM(HeavyHitterProtocol):
     def __init__(self, epsilon: float, *, top: int = 32, bits: int = 64,
                  start_bits: Optional[int] = None, step_bits: Optional[int] = None,
                  seed: int = 0):
-        self._epsilon = check_epsilon(epsilon)
-        self._top = integer(top, "top", minimum=1, maximum=4096)
-        self._bits = integer(bits, "bits", minimum=1, maximum=64)
-        step = 4 if step_bits is None else step_bits
-        self._step = integer(step, "step_bits", minimum=1, maximum=self._bits)
-        if self._top * 2**self._step > MAX_CANDIDATES:
-            raise ValueError(f"top * 2**step_bits = {self._top * 2**self._step} candidates per "
-                             f"round is more than {MAX_CANDIDATES}: lower top or step_bits")
-        if start_bits is None:
-            start_bits = min(self._bits, (self._top - 1).bit_length() + self._step)
-        self._start = integer(start_bits, "start_bits", minimum=1, maximum=min(self._bits, 20))
-        self._seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
-        prefixes = [self._start]
-        while prefixes[-1] < self._bits:
-            prefixes.append(min(prefixes[-1] + self._step, self._bits))
-        self._prefix_bits = tuple(prefixes)
-        best = min(_PRIMES, key=lambda g: (
-            _variance_factor(_keep_threshold(self._epsilon, g), g), g))
-        self._g = best
-        self._M = _keep_threshold(self._epsilon, best)
-        if self._M / _UNIT <= 1.0 / best:
-            raise ValueError(f"epsilon = {self._epsilon!r} is too small: the keep probability "
-                             "cannot be realized above 1/g")
-        self._digits = tuple(_digits_needed(s, best) for s in self._prefix_bits)
+        self._init_prefixes(epsilon, top, bits, start_bits, step_bits, seed, _PRIMES)
+        self._digits = tuple(_digits_needed(s, self._g) for s in self._prefix_bits)
         t_max = max(self._digits)
         self._dtype = np.dtype([("group", np.uint8), ("y", np.uint8), ("a", np.uint8, (t_max,))])
 
     # -- parameters --------------------------------------------------------------------
 
     @property
-    def top(self) -> int:
-        """Candidates kept per round."""
-        return self._top
-
-    @property
-    def start_bits(self) -> int:
-        """Prefix length of the first group."""
-        return self._start
-
-    @property
-    def step_bits(self) -> int:
-        """Bits added per round."""
-        return self._step
-
-    @property
-    def groups(self) -> int:
-        """The number G of groups (and rounds)."""
-        return len(self._prefix_bits)
-
-    @property
-    def prefix_bits(self) -> Tuple[int, ...]:
-        """Prefix length ``s_j`` reported by each group j."""
-        return self._prefix_bits
-
-    @property
     def digits(self) -> Tuple[int, ...]:
         """Number ``t_j`` of base-g hash digits of each group's reports."""
         return self._digits
-
-    @property
-    def g(self) -> int:
-        """The prime modulus of OLH: reported values lie in ``[0, g)``."""
-        return self._g
-
-    @property
-    def p(self) -> float:
-        """Probability (exact, a multiple of 2**-53) of reporting the true hashed value."""
-        return self._M / _UNIT
-
-    @property
-    def q(self) -> float:
-        """Probability that a report supports a given prefix other than the user's: 1/g."""
-        return 1.0 / self._g
-
-    @property
-    def realized_epsilon(self) -> float:
-        """Exact ε of every group's channel, ``ln(p (g - 1) / (1 - p))`` (below epsilon)."""
-        # the ratio exactly, rounded once: the logarithm of sums would lose 1e-14
-        return math.log(float(Fraction(self._M * (self._g - 1), _UNIT - self._M)))
 
     @property
     def report_dtype(self) -> np.dtype:
@@ -244,7 +154,7 @@ class PEM(HeavyHitterProtocol):
             a = rng.integers(0, g, size=(m, t_max), dtype=np.uint8)
             a[np.arange(t_max)[None, :] >= digits[group][:, None]] = 0
             h = self._hash_digits(v >> shifts[group], a)
-            keep = rng.integers(0, _UNIT, size=m, dtype=np.uint64) < np.uint64(self._M)
+            keep = self._keep(rng, m)
             other = rng.integers(1, g, size=m, dtype=np.uint64)
             y = np.where(keep, h, (h + other) % np.uint64(g))
             block = out[start:start + m]

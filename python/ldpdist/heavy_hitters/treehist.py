@@ -6,16 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from fractions import Fraction
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
 from .._validation import integer, real
-from ..mechanisms.base import check_epsilon
 from .items import _item_list
-from .protocol import (HeavyHitterProtocol, ItemFrequencies, SketchAggregator,
-                       nonempty_items, register_protocol)
+from .prefixes import PrefixProtocol
+from .protocol import ItemFrequencies, SketchAggregator, nonempty_items, register_protocol
 
 __all__ = ["TreeHist", "TreeHistAggregator", "level_hash"]
 
@@ -23,30 +21,11 @@ __all__ = ["TreeHist", "TreeHistAggregator", "level_hash"]
 MAX_G = 256
 #: Largest number R of public hash functions per level (a report's index is two bytes).
 MAX_HASHES = 2**16
-#: At most this many candidates are estimated per level.
-MAX_CANDIDATES = 2**20
 #: BLAKE2b personalization of the level-hash keys.
 KEY_PERSONALIZATION = b"ldpdist.hh.th1"
-_UNIT = 2**53  # the keep probability is a multiple of 2**-53 (a 53-bit uniform draw)
 _CG_ITERATIONS = 200  # conjugate-gradient steps at most (about 10 to 20 are needed)
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _keep_threshold(epsilon: float, g: int) -> int:
-    """M such that a user reports its true bucket with probability exactly ``M / 2**53``:
-    the largest multiple of 2**-53 at least 4 units below ``e^ε / (e^ε + g - 1)`` (so the
-    realized ε never exceeds ε: the float formula is off by at most 1 unit)."""
-    e = math.exp(epsilon)
-    p = e / (e + g - 1) if math.isfinite(e) else 1.0
-    return max(0, math.floor(p * _UNIT) - 4)
-
-
-def _variance_factor(M: int, g: int) -> float:
-    """``q (1 - q) / (p - q)**2`` (q = 1/g) at the realized p: n times the variance of the
-    estimate of a prefix of frequency 0."""
-    p, q = M / _UNIT, 1.0 / g
-    return math.inf if p <= q else q * (1 - q) / (p - q) ** 2
 
 
 def level_keys(seed: int, levels: int, hashes: int) -> np.ndarray:
@@ -77,7 +56,7 @@ def level_hash(x: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
 
 
 @register_protocol
-class TreeHist(HeavyHitterProtocol):
+class TreeHist(PrefixProtocol):
     """Heavy hitters by a prefix tree (TreeHist) over a hashed domain of ``bits``-bit values.
 
     Bassily, Nissim, Stemmer & Thakurta, "Practical Locally Private Heavy Hitters", NeurIPS
@@ -150,33 +129,11 @@ class TreeHist(HeavyHitterProtocol):
     def __init__(self, epsilon: float, *, top: int = 32, bits: int = 64,
                  start_bits: Optional[int] = None, step_bits: Optional[int] = None,
                  hashes: int = 1024, threshold: float = 2.0, seed: int = 0):
-        self._epsilon = check_epsilon(epsilon)
-        self._top = integer(top, "top", minimum=1, maximum=4096)
-        self._bits = integer(bits, "bits", minimum=1, maximum=64)
-        step = 4 if step_bits is None else step_bits
-        self._step = integer(step, "step_bits", minimum=1, maximum=self._bits)
-        if self._top * 2**self._step > MAX_CANDIDATES:
-            raise ValueError(f"top * 2**step_bits = {self._top * 2**self._step} candidates per "
-                             f"level is more than {MAX_CANDIDATES}: lower top or step_bits")
-        if start_bits is None:
-            start_bits = min(self._bits, 20, (self._top - 1).bit_length() + self._step)
-        self._start = integer(start_bits, "start_bits", minimum=1, maximum=min(self._bits, 20))
+        self._init_prefixes(epsilon, top, bits, start_bits, step_bits, seed,
+                            range(2, MAX_G + 1))
         self._threshold = real(threshold, "threshold")
         if self._threshold < 0:
             raise ValueError(f"threshold must be >= 0, got {self._threshold!r}")
-        self._seed = integer(seed, "seed", minimum=0, maximum=2**256 - 1)
-        prefixes = [self._start]
-        while prefixes[-1] < self._bits:
-            prefixes.append(min(prefixes[-1] + self._step, self._bits))
-        if len(prefixes) > 255:
-            raise ValueError(f"{len(prefixes)} levels: at most 255 (raise step_bits)")
-        self._prefix_bits = tuple(prefixes)
-        self._g = min(range(2, MAX_G + 1), key=lambda g: (
-            _variance_factor(_keep_threshold(self._epsilon, g), g), g))
-        self._M = _keep_threshold(self._epsilon, self._g)
-        if self._M / _UNIT <= 1.0 / self._g:
-            raise ValueError(f"epsilon = {self._epsilon!r} is too small: the keep probability "
-                             "cannot be realized above 1/g")
         self._hashes = integer(hashes, "hashes", minimum=1, maximum=MAX_HASHES)
         self._dtype = np.dtype([("group", np.uint8), ("hash", "<u2"), ("y", np.uint8)])
 
@@ -188,21 +145,6 @@ class TreeHist(HeavyHitterProtocol):
     # -- parameters --------------------------------------------------------------------
 
     @property
-    def top(self) -> int:
-        """Prefixes kept per level at most."""
-        return self._top
-
-    @property
-    def start_bits(self) -> int:
-        """Prefix length of level 0."""
-        return self._start
-
-    @property
-    def step_bits(self) -> int:
-        """Bits added per level."""
-        return self._step
-
-    @property
     def hashes(self) -> int:
         """Number R of public hash functions per level."""
         return self._hashes
@@ -211,43 +153,6 @@ class TreeHist(HeavyHitterProtocol):
     def threshold(self) -> float:
         """Survival threshold, in standard errors of a zero-frequency prefix."""
         return self._threshold
-
-    @property
-    def groups(self) -> int:
-        """The number L of levels (user groups)."""
-        return len(self._prefix_bits)
-
-    @property
-    def prefix_bits(self) -> Tuple[int, ...]:
-        """Prefix length ``s_j`` of each level j."""
-        return self._prefix_bits
-
-    @property
-    def g(self) -> int:
-        """Number of buckets of each level's oracle: reported values lie in ``[0, g)``."""
-        return self._g
-
-    @property
-    def p(self) -> float:
-        """Probability (exact, a multiple of 2**-53) of reporting the true bucket."""
-        return self._M / _UNIT
-
-    @property
-    def q(self) -> float:
-        """``1/g``: the probability that a report supports a prefix other than the user's,
-        averaged over the choice of hash functions."""
-        return 1.0 / self._g
-
-    @property
-    def variance_factor(self) -> float:
-        """``q (1 - q) / (p - q)**2``: n_j times the variance of the estimate of a prefix of
-        frequency 0 at a level of n_j reports."""
-        return _variance_factor(self._M, self._g)
-
-    @property
-    def realized_epsilon(self) -> float:
-        """Exact ε of every level's channel, ``ln(p (g - 1) / (1 - p))`` (at most epsilon)."""
-        return math.log(float(Fraction(self._M * (self._g - 1), _UNIT - self._M)))
 
     @property
     def report_dtype(self) -> np.dtype:
@@ -285,7 +190,7 @@ class TreeHist(HeavyHitterProtocol):
             group = rng.integers(0, L, size=m, dtype=np.uint8)
             r = rng.integers(0, R, size=m, dtype=np.uint16)
             u = level_hash(v >> shifts[group], keys[group, r], g)
-            keep = rng.integers(0, _UNIT, size=m, dtype=np.uint64) < np.uint64(self._M)
+            keep = self._keep(rng, m)
             other = rng.integers(1, g, size=m, dtype=np.uint64)
             y = np.where(keep, u, (u + other) % np.uint64(g))
             block = out[start:start + m]
