@@ -1,9 +1,10 @@
 """PEM at scale: identify the top 32 of 10^7 users' strings over the 2^64 hashed domain.
 
-The target of issue 23: n = 10^7 users, items strings of up to 32 bytes hashed to 64 bits,
-ε = 4, top 32 identified in at most 10 s on 2 cores and 2 GiB.
+The target: n = 10^7 users, items strings of up to 32 bytes hashed to 64 bits, ε = 4, top
+32 identified in at most 10 s on 2 cores and 2 GiB.
 
-Data: a vocabulary of random lowercase words (1 to 32 bytes), Zipf(s) frequencies over it
+Data: the generator of the ``heavy-hitters`` preset (:mod:`ldpdist.experiments.heavy_hitters`:
+random lowercase words of 3 to 32 bytes), Zipf(s) frequencies over it
 (s = 1.1 by default), n users sampled from it. The vocabulary is hashed ONCE
 (``ldpdist.heavy_hitters.hash_items``) and the users' hashed values are the sampled rows of
 it; the reports come from ``PEM.privatize_hashed`` (client side, timed separately).
@@ -33,29 +34,8 @@ import time
 
 import numpy as np
 
+from ldpdist.experiments import heavy_hitters as hh
 from ldpdist.heavy_hitters import PEM, hash_items
-
-
-def vocabulary(size: int, rng: np.random.Generator) -> list:
-    """``size`` distinct random lowercase words of 1 to 32 bytes."""
-    words, seen = [], set()
-    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
-    while len(words) < size:
-        lengths = rng.integers(1, 33, size - len(words))
-        for length in lengths:
-            word = letters[rng.integers(0, 26, length)].tobytes().decode("ascii")
-            if word not in seen:
-                seen.add(word)
-                words.append(word)
-    return words
-
-
-def zipf_users(n: int, size: int, s: float, rng: np.random.Generator) -> np.ndarray:
-    """n indices in [0, size) with probabilities proportional to (i + 1)^-s."""
-    weights = np.arange(1, size + 1, dtype=np.float64) ** -s
-    cdf = np.cumsum(weights)
-    cdf /= cdf[-1]
-    return np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), size - 1)
 
 
 def peak_rss_reset() -> bool:
@@ -97,9 +77,9 @@ def main() -> None:
               start_bits=args.start_bits, seed=args.seed)
 
     t0 = time.perf_counter()
-    words = vocabulary(args.vocabulary, rng)
+    words = hh.vocabulary(args.vocabulary, rng)
     hashed_words = hash_items(words, pem.seed) >> np.uint64(64 - pem.bits)
-    users = zipf_users(args.n, len(words), args.s, rng)
+    users = hh.draw_users(args.n, hh.zipf(len(words), args.s), rng)
     values = hashed_words[users]
     setup = time.perf_counter() - t0
 
