@@ -24,7 +24,8 @@ import numpy as np
 from .. import memory
 from .._validation import integer, shown
 from ..errors import DuplicateBatchError, IntegrityError, SpecMismatchError
-from ..specs import canonical_json, fingerprint as spec_fingerprint, parse_json
+from ..specs import (canonical_json, fingerprint as spec_fingerprint, from_dict as _any_spec,
+                     parse_json)
 from ..typed_reports import ReportBatch, Reports, check_reports
 from .items import HASH_VERSION, _item_list, hash_items
 
@@ -350,10 +351,15 @@ class HeavyHitterAggregator:
     ``_payload``, ``_load``). Thread-safe (one lock)."""
 
     _payload_kind: ClassVar[str] = ""
+    #: What the aggregator counts the reports of. The longitudinal mechanisms' aggregators
+    #: (:mod:`ldpdist.longitudinal.aggregate`) reuse this machinery with their own class;
+    #: it needs ``to_dict``, ``fingerprint``, ``aggregator()`` and ``_invalid_mask``.
+    _protocol_class: ClassVar[type] = HeavyHitterProtocol
+    _protocol_noun: ClassVar[str] = "heavy-hitter protocol"
 
     def __init__(self, protocol: HeavyHitterProtocol):
-        if not isinstance(protocol, HeavyHitterProtocol):
-            raise TypeError(f"{type(self).__name__} takes a heavy-hitter protocol, got "
+        if not isinstance(protocol, self._protocol_class):
+            raise TypeError(f"{type(self).__name__} takes a {self._protocol_noun}, got "
                             f"{type(protocol).__name__}")
         self.protocol = protocol
         self._n = 0
@@ -440,7 +446,7 @@ class HeavyHitterAggregator:
             if batch_id is not None:
                 self._refuse_duplicate(batch_id, label)
             self._join(taken)
-            self._n += int(array.size)
+            self._n += int(array.shape[0])  # one report per row (also 2-D bit rows)
             self._dropped += dropped
             if batch_id is None:
                 if self._own_batch is None:
@@ -566,14 +572,20 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
     if hashlib.sha256(payload).hexdigest() != header["sha256"]:
         raise IntegrityError("corrupt heavy-hitter aggregator state: checksum mismatch")
     try:
-        protocol = from_dict(header["spec"])
+        # ldpdist.from_dict reads every spec (heavy-hitter protocols, and the longitudinal
+        # mechanisms whose aggregators share this state format)
+        protocol = _any_spec(header["spec"])
     except (TypeError, ValueError) as error:
         raise IntegrityError(f"corrupt heavy-hitter aggregator state: {error}") from None
+    make = getattr(protocol, "aggregator", None)
+    aggregator = make() if callable(make) else None
+    if not isinstance(aggregator, HeavyHitterAggregator):
+        raise IntegrityError(f"corrupt heavy-hitter aggregator state: {protocol!r} has no "
+                             "aggregator of this state format")
     if protocol.fingerprint != header["fingerprint"]:
         raise IntegrityError("corrupt heavy-hitter aggregator state: fingerprint mismatch")
     if expect is not None and expect.fingerprint != protocol.fingerprint:
         raise SpecMismatchError(f"the state was made under {protocol!r}, not {expect!r}")
-    aggregator = protocol.aggregator()
     n, batches, dropped = header["n"], header["batches"], header["dropped"]
     if header["payload"] != aggregator._payload_kind or not isinstance(n, int) or n < 0 \
             or type(dropped) is not int or dropped < 0 \

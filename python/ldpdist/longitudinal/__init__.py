@@ -15,6 +15,13 @@ Every class states two realized guarantees, computed exactly from its channels:
     value reveal (a changing value is not covered: each distinct value has its own
     memoized answer).
 
+Server side: ``mechanism.aggregator()`` (:class:`LongitudinalAggregator`) counts one
+collection's reports into exact integer sums, with batch ids, merging and a checksummed
+state (the heavy-hitter protocols' aggregator machinery); reports files
+(:func:`ldpdist.write_reports`, :func:`ldpdist.read_reports`) carry the reports.
+:func:`simulate_campaign` (``mechanism.simulate_campaign(true_counts, T, seed)``) draws T
+collections from the same users at the level of counts, from their exact joint law.
+
 Mechanisms: :class:`LongitudinalGRR`, :class:`LongitudinalSUE`, :class:`LongitudinalOUE`,
 :class:`LongitudinalOSUE`, :class:`LongitudinalSOUE` (Arcolezi, Couchot, Al Bouna & Xiao,
 Digital Communications and Networks, 2022), :class:`MemoizedRAPPOR` (Erlingsson, Pihur &
@@ -25,6 +32,7 @@ does :func:`ldpdist.longitudinal.from_dict`), but they are not in the main mecha
 registry (the command line's mechanism choices and the shared mechanism test suite).
 """
 
+from .aggregate import LongitudinalAggregator, simulate_campaign
 from .base import LongitudinalMechanism, from_dict, make_secrets
 from .dbitflip import DBitFlipPM
 from .grr import LongitudinalGRR
@@ -33,4 +41,4 @@ from .unary import LongitudinalOSUE, LongitudinalOUE, LongitudinalSOUE, Longitud
 
 __all__ = ["LongitudinalMechanism", "LongitudinalGRR", "LongitudinalSUE", "LongitudinalOUE",
            "LongitudinalOSUE", "LongitudinalSOUE", "MemoizedRAPPOR", "DBitFlipPM", "from_dict",
-           "make_secrets"]
+           "make_secrets", "LongitudinalAggregator", "simulate_campaign"]

@@ -35,7 +35,7 @@ import hmac
 import math
 import os
 import struct
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -44,8 +44,11 @@ from .._validation import integer, real
 from ..reports import Reports
 from ..specs import SPEC_FORMAT, checked_fields, fingerprint
 
+if TYPE_CHECKING:  # the aggregator module imports this one
+    from .aggregate import LongitudinalAggregator
+
 __all__ = ["LongitudinalMechanism", "make_secrets", "memo_words", "GRID", "grid_down",
-           "grid_up", "max_log_ratio", "product_channel"]
+           "grid_up", "max_log_ratio", "product_channel", "binary_counts"]
 
 #: 2^53: every probability is a multiple of 1/GRID.
 GRID = 1 << 53
@@ -188,6 +191,15 @@ def product_channel(ones: np.ndarray) -> np.ndarray:
     for j in range(m):
         channel *= np.where(bits[j][None, :], ones[:, j:j + 1], 1.0 - ones[:, j:j + 1])
     return channel
+
+
+def binary_counts(ones: np.ndarray, n: int, p_one: float, p_zero: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """How many of ``n`` users per bit end with a 1 when ``ones[j]`` of them start with a 1
+    and each bit independently becomes 1 with probability ``p_one`` (a 1) or ``p_zero``
+    (a 0): ``Binomial(ones, p_one) + Binomial(n - ones, p_zero)`` (int64)."""
+    ones = np.asarray(ones, dtype=np.int64)
+    return (rng.binomial(ones, p_one) + rng.binomial(n - ones, p_zero)).astype(np.int64)
 
 
 def register(cls: type) -> type:
@@ -412,6 +424,83 @@ class LongitudinalMechanism:
             raise ValueError("no reports to estimate from")
         raw = self._raw_from_counts(self._support_counts(array), n)
         return raw if decoder == "raw" else kernels.project_simplex(raw)
+
+    # -- aggregation (the sums of :class:`~ldpdist.longitudinal.LongitudinalAggregator`) --
+
+    def aggregator(self) -> "LongitudinalAggregator":
+        """An empty, mergeable aggregator of this mechanism's reports (one collection)."""
+        from .aggregate import LongitudinalAggregator
+
+        return LongitudinalAggregator(self)
+
+    def simulate_campaign(self, true_counts: Any, T: int,
+                          seed: Optional[int] = None) -> List["LongitudinalAggregator"]:
+        """``T`` collections from the same ``true_counts[x]`` users of each value x, drawn
+        at the level of counts from their exact joint law: one aggregator per collection
+        (see :func:`ldpdist.longitudinal.simulate_campaign`)."""
+        from .aggregate import simulate_campaign
+
+        return simulate_campaign(self, true_counts, T, seed)
+
+    def simulate(self, true_counts: Any, seed: Optional[int] = None
+                 ) -> "LongitudinalAggregator":
+        """One collection: ``simulate_campaign(true_counts, 1, seed)[0]``."""
+        return self.simulate_campaign(true_counts, 1, seed)[0]
+
+    def _sums_size(self) -> int:
+        return self.output_size
+
+    def _check_layout(self, array: np.ndarray) -> None:
+        """``TypeError`` / ``ValueError`` unless ``array`` has this mechanism's report
+        layout (dtype and shape; the values are checked by :meth:`_invalid_mask`)."""
+        if self.report_kind == "bits":
+            width = -(-self.output_size // 8)
+            if array.dtype != np.uint8 or array.ndim != 2 or array.shape[1] != width:
+                raise TypeError(f"reports of {self!r} are uint8 rows of shape (n, {width}), "
+                                f"got {array.dtype} {array.shape}")
+        elif array.dtype.kind not in "iu" or array.ndim != 1:
+            raise TypeError(f"reports of {self!r} are 1-D unsigned integers, got "
+                            f"{array.dtype} {array.shape}")
+
+    def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
+        """Malformed reports: a padding bit set (bit vectors), outside [0, output_size)
+        (index reports)."""
+        if self.report_kind == "bits":
+            pad = 8 * array.shape[1] - self.output_size
+            if pad == 0:
+                return np.zeros(array.shape[0], dtype=bool)
+            return (array[:, -1] & np.uint8((1 << pad) - 1)) != 0
+        if array.dtype.kind == "i":
+            return (array < 0) | (array >= self.output_size)
+        return array >= np.uint64(self.output_size)
+
+    def _describe_invalid(self, report: Any) -> str:
+        if self.report_kind == "bits":
+            return "a padding bit is set"
+        return f"{report!r} is outside [0, {self.output_size})"
+
+    def _report_sums(self, array: np.ndarray) -> np.ndarray:
+        """The int64 sums of well-formed reports."""
+        if self.report_kind == "bits":
+            sums = np.zeros(self.output_size, dtype=np.int64)
+            for start in range(0, array.shape[0], 1 << 16):
+                bits = np.unpackbits(array[start:start + (1 << 16)], axis=1)
+                sums += bits[:, :self.output_size].sum(axis=0, dtype=np.int64)
+            return sums
+        return np.bincount(array.astype(np.int64), minlength=self.output_size).astype(np.int64)
+
+    def _check_sums(self, sums: np.ndarray, n: int) -> None:
+        """``ValueError`` unless ``sums`` can be the sums of ``n`` reports."""
+        if sums.size and (sums.min() < 0 or sums.max() > n):
+            raise ValueError(f"every sum lies in [0, n = {n}]")
+        if self.report_kind == "index" and int(sums.sum(dtype=object)) != n:
+            raise ValueError(f"the histogram sums to {int(sums.sum(dtype=object))}, not n = {n}")
+
+    def _simulate_memo(self, counts: np.ndarray, rng: np.random.Generator) -> Any:
+        raise NotImplementedError  # pragma: no cover
+
+    def _simulate_round(self, memo: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError  # pragma: no cover
 
     def expected_estimate(self, p: Any) -> np.ndarray:
         """The exact expectation of the raw estimate for users drawn from ``p``, computed

@@ -12,12 +12,24 @@ from .._validation import integer
 from .base import (GRID, LongitudinalMechanism, check_epsilon, grid_down, memo_words,
                    register)
 
-__all__ = ["DBitFlipPM"]
+__all__ = ["DBitFlipPM", "uniform_subsets"]
 
 _U64 = 1 << 64
 #: The stream "value" from which a user's buckets are drawn (never a value: k <= 2^32).
 BUCKETS_STREAM = _U64 - 1
 MAX_CHANNEL_OUTPUTS = 1 << 16
+
+
+def uniform_subsets(rng: np.random.Generator, rows: int, k: int, d: int) -> np.ndarray:
+    """``rows`` independent, exactly uniform d-subsets of [0, k) (int64, shape (rows, d),
+    unsorted): Floyd's algorithm, vectorized over the rows (for j = k - d .. k - 1, draw t
+    uniform in [0, j] and take t, or j when t is already taken)."""
+    chosen = np.empty((rows, d), dtype=np.int64)
+    for i, j in enumerate(range(k - d, k)):
+        t = rng.integers(0, j + 1, size=rows)
+        taken = (chosen[:, :i] == t[:, None]).any(axis=1)
+        chosen[:, i] = np.where(taken, j, t)
+    return chosen
 
 
 @register
@@ -213,6 +225,65 @@ class DBitFlipPM(LongitudinalMechanism):
             raise ValueError("malformed reports: a report's buckets must be distinct and "
                              "increasing")
         return array
+
+    # -- aggregation and simulation ----------------------------------------------------
+
+    def _sums_size(self) -> int:
+        return 2 * self.k
+
+    def _check_layout(self, array: np.ndarray) -> None:
+        if array.dtype != self.report_dtype or array.ndim != 1:
+            raise TypeError(f"reports of {self!r} are 1-D records of dtype "
+                            f"{self.report_dtype}, got {array.dtype} {array.shape}")
+
+    def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
+        buckets, bits = array["buckets"].astype(np.int64), array["bits"]
+        bad = (buckets >= self.k).any(axis=1) | (bits > 1).any(axis=1)
+        if self._d > 1:
+            bad |= (np.diff(buckets, axis=1) <= 0).any(axis=1)
+        return bad
+
+    def _describe_invalid(self, report: Any) -> str:
+        return (f"{report!r}: buckets must be distinct, increasing and in [0, {self.k}), "
+                "bits in {0, 1}")
+
+    def _report_sums(self, array: np.ndarray) -> np.ndarray:
+        buckets = array["buckets"].astype(np.int64)
+        ones = np.bincount(buckets[array["bits"] == 1], minlength=self.k)
+        sampled = np.bincount(buckets.ravel(), minlength=self.k)
+        return np.concatenate([ones, sampled]).astype(np.int64)
+
+    def _check_sums(self, sums: np.ndarray, n: int) -> None:
+        ones, sampled = sums[:self.k], sums[self.k:]
+        if sums.size and (ones.min() < 0 or (ones > sampled).any() or sampled.max() > n):
+            raise ValueError(f"0 <= ones_v <= sampled_v <= n = {n} for every bucket")
+        if int(sampled.sum(dtype=object)) != n * self._d:
+            raise ValueError(f"the buckets sampled sum to {int(sampled.sum(dtype=object))}, "
+                             f"not n d = {n * self._d}")
+
+    def _simulate_memo(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The sums of the memoized reports (= every collection's): each user's d buckets
+        by Floyd's algorithm (an exactly uniform d-subset), then its bits, vectorized over
+        chunks of users (the values in increasing order, which does not change the law)."""
+        n = int(counts.sum())
+        ends = np.cumsum(counts)
+        pr = self.probabilities()
+        ones = np.zeros(self.k, dtype=np.int64)
+        sampled = np.zeros(self.k, dtype=np.int64)
+        chunk = max(1, (1 << 20) // self._d)
+        for start in range(0, n, chunk):
+            rows = min(chunk, n - start)
+            values = np.searchsorted(ends, np.arange(start, start + rows), side="right")
+            chosen = uniform_subsets(rng, rows, self.k, self._d)
+            bits = rng.random((rows, self._d)) < np.where(chosen == values[:, None],
+                                                          pr["p"], pr["q"])
+            ones += np.bincount(chosen[bits], minlength=self.k)
+            sampled += np.bincount(chosen.ravel(), minlength=self.k)
+        return np.concatenate([ones, sampled])
+
+    def _simulate_round(self, memo: np.ndarray, n: int, rng: np.random.Generator
+                        ) -> np.ndarray:
+        return memo.copy()  # no per-report round: every collection repeats the memo
 
     def _support_counts(self, array: np.ndarray) -> np.ndarray:
         buckets = array["buckets"].astype(np.int64).ravel()

@@ -178,6 +178,24 @@ class LongitudinalGRR(LongitudinalMechanism):
         other = rng.integers(0, self.k - 1, size=memo.size)
         return np.where(keep, memo, other + (other >= memo))
 
+    def _rr_counts(self, counts: np.ndarray, keep: float, other: float,
+                   rng: np.random.Generator) -> np.ndarray:
+        """The histogram of k-ary randomized response (keep w.p. ``keep``, else each other
+        value w.p. ``other``) applied to ``counts[x]`` inputs x: keep w.p. ``keep - other``,
+        else a uniform value among all k (the same law)."""
+        kept = rng.binomial(counts, keep - other).astype(np.int64)
+        rest = int(counts.sum()) - int(kept.sum())
+        return kept + rng.multinomial(rest, np.full(self.k, 1.0 / self.k)).astype(np.int64)
+
+    def _simulate_memo(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        pr = self.probabilities()
+        return self._rr_counts(counts, pr["p1"], pr["q1"], rng)
+
+    def _simulate_round(self, memo: np.ndarray, n: int, rng: np.random.Generator
+                        ) -> np.ndarray:
+        pr = self.probabilities()
+        return self._rr_counts(memo, pr["p2"], pr["q2"], rng)
+
     def _support_counts(self, reports: np.ndarray) -> np.ndarray:
         return np.bincount(reports.astype(np.int64), minlength=self.k).astype(np.float64)
 

@@ -12,8 +12,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .._validation import integer, real
-from .base import (GRID, LongitudinalMechanism, grid_up, memo_words, product_channel,
-                   register)
+from .base import (GRID, LongitudinalMechanism, binary_counts, grid_up, memo_words,
+                   product_channel, register)
 
 __all__ = ["MemoizedRAPPOR"]
 
@@ -223,6 +223,21 @@ class MemoizedRAPPOR(LongitudinalMechanism):
     def _instant(self, memo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         u = rng.random(memo.shape)
         return u < np.where(memo, self._nq / GRID, self._np / GRID)
+
+    def _simulate_memo(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        # s_j users have bit j set by their value's encoding; PRR makes a memoized bit 1
+        # w.p. 1 - f/2 when set and f/2 when not
+        n = int(counts.sum())
+        half = self._g / GRID
+        if self._num_bits is None:
+            set_bits = counts
+        else:  # k <= 4096 values, each count < 2^62 and the total too: exact in int64
+            set_bits = counts @ self._incidence.astype(np.int64)
+        return binary_counts(set_bits, n, 1.0 - half, half, rng)
+
+    def _simulate_round(self, memo: np.ndarray, n: int, rng: np.random.Generator
+                        ) -> np.ndarray:
+        return binary_counts(memo, n, self._nq / GRID, self._np / GRID, rng)
 
     def _support_counts(self, bits: np.ndarray) -> np.ndarray:
         return bits.sum(axis=0, dtype=np.int64).astype(np.float64)

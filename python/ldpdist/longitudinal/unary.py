@@ -12,8 +12,8 @@ from typing import Any, ClassVar, Dict
 import numpy as np
 
 from .._validation import integer
-from .base import (GRID, LongitudinalMechanism, check_epsilon, grid_down, grid_up,
-                   largest_below, memo_words, product_channel, register)
+from .base import (GRID, LongitudinalMechanism, binary_counts, check_epsilon, grid_down,
+                   grid_up, largest_below, memo_words, product_channel, register)
 
 __all__ = ["LongitudinalSUE", "LongitudinalOUE", "LongitudinalOSUE", "LongitudinalSOUE"]
 
@@ -149,6 +149,17 @@ class _LongitudinalUnary(LongitudinalMechanism):
         n2, m2 = self._second_round(self._m2)
         u = rng.random(memo.shape)
         return u < np.where(memo, n2 / GRID, m2 / GRID)
+
+    def _simulate_memo(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        # bit j of the one-hot encoding is set for the counts[j] users of value j
+        n = int(counts.sum())
+        diagonal = rng.binomial(counts, self._p1 / GRID)
+        return (diagonal + rng.binomial(n - counts, self._q1 / GRID)).astype(np.int64)
+
+    def _simulate_round(self, memo: np.ndarray, n: int, rng: np.random.Generator
+                        ) -> np.ndarray:
+        n2, m2 = self._second_round(self._m2)
+        return binary_counts(memo, n, n2 / GRID, m2 / GRID, rng)
 
     def _support_counts(self, bits: np.ndarray) -> np.ndarray:
         return bits.sum(axis=0, dtype=np.int64).astype(np.float64)
