@@ -766,6 +766,120 @@ def accounting(ctx: Context) -> None:
     plt.close(fig)
 
 
+# -- privacy costs: one report, the long run, shuffled --------------------------------------
+
+PRIVACY_K, PRIVACY_EPSILONS = 1024, (1.0, 4.0)
+PRIVACY_USERS, PRIVACY_DELTA = 10**6, 1e-8
+#: The memoized mechanisms' (ε_∞, ε₁) for the per-report rounds they have.
+PRIVACY_LONGITUDINAL = (4.0, 1.0)
+PRIVACY_CP_M = 128           # compressive privatization: rows of the sign matrix (seed 0)
+PRIVACY_BITS = 4             # public-coin hashing: bits per report
+PRIVACY_DBITFLIP_D = (2, 4)  # dBitFlipPM: buckets per user
+
+
+def _privacy_rows() -> List[Tuple[str, str, Any, str]]:
+    """(mechanism, parameters, instance, kind) for every row of the table; kind is "fresh",
+    "memoized", "context-aware" or "not private"."""
+    import ldpdist
+    from ldpdist import longitudinal as lg
+    from ldpdist.specs import registered
+
+    k = PRIVACY_K
+    rows: List[Tuple[str, str, Any, str]] = []
+    for name, cls in registered().items():
+        for eps in PRIVACY_EPSILONS:
+            if name == "CompressivePrivatization":
+                mech = cls(k, eps, m=PRIVACY_CP_M, seed=0)
+                text = f"ε = {eps:g}, m = {PRIVACY_CP_M}"
+            elif name == "PublicCoinHashing":
+                if eps != PRIVACY_EPSILONS[0]:
+                    continue
+                mech, text = cls(k, PRIVACY_BITS, seed=0), f"{PRIVACY_BITS} bits"
+            elif name == "AsymmetricBinaryResponse":
+                mech, text = cls(eps, eps / 2), f"k = 2, ε₀₁ = {eps:g}, ε₁₀ = {eps / 2:g}"
+            elif name == "BlockHadamardResponse":
+                mech, text = cls([k // 4] * 4, eps), f"ε = {eps:g}, 4 blocks of {k // 4}"
+            elif name == "HighLowHadamardResponse":
+                mech, text = cls(k, eps, sensitive=range(32)), f"ε = {eps:g}, 32 sensitive"
+            else:
+                mech, text = cls(k, eps), f"ε = {eps:g}"
+            kind = ("not private" if not mech.private else
+                    "context-aware" if not np.isfinite(mech.budgets()).all() else "fresh")
+            rows.append((name, text, mech, kind))
+    e_inf, e_1 = PRIVACY_LONGITUDINAL
+    for cls in (lg.LongitudinalGRR, lg.LongitudinalSUE, lg.LongitudinalOUE,
+                lg.LongitudinalOSUE, lg.LongitudinalSOUE):
+        rows.append((cls.__name__, f"ε_∞ = {e_inf:g}, ε₁ = {e_1:g}", cls(k, e_inf, e_1),
+                     "memoized"))
+    rows.append(("MemoizedRAPPOR", "f = 0.5, p = 0.5, q = 0.75", lg.MemoizedRAPPOR(k),
+                 "memoized"))
+    for d in PRIVACY_DBITFLIP_D:
+        for eps in PRIVACY_EPSILONS:
+            rows.append(("DBitFlipPM", f"ε = {eps:g}, d = {d}", lg.DBitFlipPM(k, eps, d),
+                         "memoized"))
+    return rows
+
+
+@register("privacy-costs", ("generated/privacy-costs.md",),
+          "every mechanism at k = 1024: eps of one report, long-run eps of memoized reports, "
+          "and the central eps of 10^6 shuffled reports by the generic and the "
+          "channel-specific clone bound", cost=30)
+def privacy_costs(ctx: Context) -> None:
+    from ldpdist.privacy import (clone_parameters_for, shuffle_epsilon,
+                                 shuffle_epsilon_for_channel)
+
+    n, delta = PRIVACY_USERS, PRIVACY_DELTA
+    body = []
+    for name, text, mech, kind in _privacy_rows():
+        if kind == "not private":
+            body.append([f"`{name}`", text, "∞ ⁽ᵃ⁾", "∞", "—", "—", "—", "—"])
+            continue
+        memoized = kind == "memoized"
+        eps_1 = mech.epsilon_1 if memoized else mech.realized_epsilon
+        eps_inf = significant(mech.epsilon_infinity) if memoized else "—"
+        if kind == "context-aware":
+            body.append([f"`{name}`", text, f"{significant(eps_1)} ⁽ᵇ⁾", eps_inf,
+                         "—", "—", "—", "—"])
+            continue
+        generic = shuffle_epsilon(eps_1, n, delta)
+        try:
+            (_, clone), = clone_parameters_for(mech)
+        except ValueError:   # no closed form: no channel-specific bound at this k
+            clone = None
+        if clone is None:
+            cells = ["—", "—", "—"]
+        else:
+            specific = shuffle_epsilon_for_channel(mech, n, delta)
+            rule = ("e^−ε₁" if abs(clone - math.exp(-eps_1)) <= 1e-12 else
+                    "2/(e^ε₁+1)" if abs(clone - 2 / (math.exp(eps_1) + 1)) <= 1e-12 else
+                    significant(clone))
+            cells = [rule, significant(specific), f"{generic / specific:.2f}×"]
+        body.append([f"`{name}`", text, significant(eps_1), eps_inf, significant(generic),
+                     *cells])
+    table = markdown_table(
+        ["mechanism", "parameters", "ε₁ (one report)", "ε_∞ (memoized, long run)",
+         "shuffled ε, generic", "clone probability p", "shuffled ε, channel-specific",
+         "gain"], body, ["l", "l", "r", "r", "r", "l", "r", "r"])
+    caption = (
+        f"made by `python docs/generate.py --only privacy-costs`: every registered "
+        f"mechanism at k = {PRIVACY_K} (k = 2 for `AsymmetricBinaryResponse`; compressive "
+        f"privatization with seed 0) and the memoized mechanisms of `ldpdist.longitudinal`. "
+        f"ε₁: the realized ε (nats) of one report (`realized_epsilon`, `epsilon_1`); "
+        f"ε_∞: the realized ε of the memoized answer (`epsilon_infinity`), what any number "
+        f"of reports of one unchanged value costs; shuffled: the central ε at "
+        f"δ = {power(int(round(math.log10(delta))))} of {count(n)} users' reports of one "
+        f"collection shuffled together, by the numerical clone bound of Feldman, McMillan "
+        f"and Talwar (FOCS 2021) for any ε₁-LDP randomizer (`shuffle_epsilon`) and with "
+        f"the mechanism's own clone probability p in closed form (`clone_parameters_for`, "
+        f"`shuffle_epsilon_for_channel`; — where there is no closed form); gain: their "
+        f"ratio. ε_∞ is — for the mechanisms that privatize afresh: they have no "
+        f"long-run bound, T reports of one value cost up to T·ε₁ (basic composition). "
+        f"(a) not locally private (`private = False`). (b) context-aware: ε of the "
+        f"protected pairs; the other pairs are unprotected (ε = ∞), so no ε₀-LDP "
+        f"shuffling bound applies.")
+    write_fragment(ctx, "privacy-costs", table, caption)
+
+
 # -- the planner's validation grid --------------------------------------------------------
 
 #: (k, ε, n, distribution): every k from 10² to 2²⁰, ε from 0.25 to 8, n from 10⁴ to 10⁸,

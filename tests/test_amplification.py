@@ -344,3 +344,128 @@ def test_clone_parameters_front_and_errors():
         clone_parameters(np.array([[0.5, 0.5]]))
     with pytest.raises(TypeError):
         clone_parameters(np.array([[1, 0], [0, 1]], dtype=np.int64))
+
+
+# ------------------------------------------------------------------------------------------
+# closed-form clone parameters (clone_parameters_for) against the exact channel
+# ------------------------------------------------------------------------------------------
+
+def _small_instances():
+    """Small instances of every mechanism family clone_parameters_for covers (the registered
+    mechanisms and the memoized ones), over the parameters that switch between its cases."""
+    from ldpdist import longitudinal as lg
+
+    out = []
+    for eps in (0.5, 2.0, 5.0):
+        for k in (2, 3, 4, 5, 7):
+            out += [ldpdist.RandomizedResponse(k, eps), ldpdist.RAPPOR(k, eps),
+                    ldpdist.OptimizedUnaryEncoding(k, eps), ldpdist.TwoStageRAPPOR(k, eps),
+                    ldpdist.OneBitHadamardResponse(k, eps), ldpdist.HadamardResponse(k, eps),
+                    ldpdist.OptimizedLocalHashing(k, eps)]
+            out += [ldpdist.HadamardResponse(k, eps, blocks=b) for b in (1, 2, 4, 8)
+                    if b <= 2 * k]
+            out += [ldpdist.SubsetSelection(k, eps, d=d) for d in range(1, k)]
+            out += [lg.DBitFlipPM(k, eps, d) for d in range(1, k + 1)]
+            out += [lg.LongitudinalGRR(k, 2 * eps, eps), lg.LongitudinalSUE(k, 2 * eps, eps),
+                    lg.LongitudinalOUE(k, 2 * eps, eps / 3),
+                    lg.LongitudinalOSUE(k, 2 * eps, eps / 3),
+                    lg.LongitudinalSOUE(k, 2 * eps, eps / 3), lg.MemoizedRAPPOR(k)]
+        out.append(ldpdist.AsymmetricBinaryResponse(eps, eps / 3))
+        for k, m in ((3, 2), (9, 4), (16, 6), (33, 2), (33, 8)):
+            for matrix in ("balanced", "hadamard"):
+                for regime in ("high", "medium"):
+                    try:
+                        out.append(ldpdist.CompressivePrivatization(
+                            k, eps, m=m, seed=3, matrix=matrix, regime=regime))
+                    except ValueError:   # the regime or the matrix does not exist there
+                        pass
+    out += [ldpdist.OptimizedLocalHashing(k, 1.0) for k in (10, 40)]
+    out += [ldpdist.HadamardResponse(k, eps) for k in (20, 40) for eps in (1.0, 4.0)]
+    return out
+
+
+def _agrees(exact, closed, tol=1e-12):
+    """The closed form's single (ε₀, p) equals every point of the exact front (which may
+    hold a few copies of it that differ by rounding), or both are empty."""
+    if not exact or not closed:
+        return exact == closed
+    (e0, p), = closed
+    return all(abs(e - e0) <= tol and abs(q - p) <= tol for e, q in exact)
+
+
+SMALL = _small_instances()
+
+
+def test_closed_form_clone_parameters_match_the_exact_channel():
+    families, gains = set(), 0
+    for mech in SMALL:
+        exact = clone_parameters(mech.channel_matrix())
+        closed = privacy.clone_parameters_for(mech)
+        assert _agrees(exact, closed), (mech, exact, closed)
+        families.add(type(mech).__name__)
+        (e0, p), = closed
+        gains += p > math.exp(-e0) * (1 + 1e-9)
+    from ldpdist import amplification
+
+    assert gains > 0
+    assert families == {cls.__name__ for cls in amplification._closed_form_rules()}
+    # every registered mechanism is either covered or refused with a clear error
+    covered = set(families)
+    for name in ldpdist.specs.registered():
+        assert name in covered or name in {"PublicCoinHashing", "BlockHadamardResponse",
+                                           "HighLowHadamardResponse"}
+
+
+def test_closed_form_check_catches_a_wrong_closed_form(monkeypatch):
+    # the comparison has the power to fail: 1% off in p or in ε₀ is caught on every case
+    for mech in SMALL[:60]:
+        exact = clone_parameters(mech.channel_matrix())
+        (e0, p), = privacy.clone_parameters_for(mech)
+        assert not _agrees(exact, [(e0, p * 1.01)])
+        assert not _agrees(exact, [(e0 * 1.01, p)])
+    # and a wrong formula inside the module (k-RR's 2/(e^ε₀ + 1) off by 1%) is caught
+    from ldpdist import amplification
+
+    right = amplification._rr_clone
+    monkeypatch.setattr(amplification, "_rr_clone", lambda e0: 1.01 * right(e0))
+    rr = ldpdist.RandomizedResponse(5, 2.0)
+    assert not _agrees(clone_parameters(rr.channel_matrix()), privacy.clone_parameters_for(rr))
+
+
+def test_channel_specific_bound_at_large_k_never_above_the_generic_one():
+    from ldpdist import longitudinal as lg
+
+    n, delta, k = 10_000, 1e-6, 4096
+    mechs = [ldpdist.RandomizedResponse(k, 4.0), ldpdist.HadamardResponse(k, 4.0),
+             ldpdist.HadamardResponse(k, 9.0), ldpdist.OptimizedUnaryEncoding(k, 2.0),
+             ldpdist.OptimizedLocalHashing(k, 4.0), ldpdist.SubsetSelection(k, 2.0),
+             lg.DBitFlipPM(k, 3.0, 2), lg.LongitudinalGRR(k, 4.0, 2.0)]
+    ratios = []
+    for mech in mechs:
+        (e0, p), = privacy.clone_parameters_for(mech)   # k³·|Y| > 2^27: no channel here
+        assert p >= math.exp(-e0) * (1 - 1e-12)
+        specific = shuffle_epsilon_for_channel(mech, n, delta, tolerance=1e-3)
+        generic = shuffle_epsilon(e0, n, delta, tolerance=1e-3)
+        assert specific <= generic * (1 + 2e-3)
+        ratios.append(generic / specific)
+    assert max(ratios) > 1.2    # k-RR, HR with one symbol per block, dBitFlipPM (d = 2) gain
+    # the δ side uses the same parameters
+    rr = mechs[0]
+    assert shuffle_delta_for_channel(rr, n, 0.2) <= shuffle_delta(rr.realized_epsilon, n, 0.2)
+
+
+def test_clone_parameters_for_refuses_what_it_does_not_cover():
+    from ldpdist import longitudinal as lg
+
+    refused = [ldpdist.PublicCoinHashing(64, 4, seed=0),
+               ldpdist.BlockHadamardResponse([4, 4], 1.0),
+               ldpdist.HighLowHadamardResponse(8, 1.0, sensitive=[0, 1]),
+               ldpdist.CompressivePrivatization(16, 1.0, m=4, seed=0, matrix="rademacher"),
+               lg.MemoizedRAPPOR(16, num_bits=8, num_hashes=2), "rr"]
+    for mech in refused:
+        with pytest.raises(ValueError, match="closed.form"):
+            privacy.clone_parameters_for(mech)
+    # the *_for_channel functions fall back to the exact channel for a small instance
+    bloom = refused[4]
+    assert shuffle_epsilon_for_channel(bloom, 1000, 1e-6) == shuffle_epsilon_for_channel(
+        bloom.channel_matrix(), 1000, 1e-6)

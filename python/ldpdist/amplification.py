@@ -58,7 +58,9 @@ Mechanism-specific amplification (:func:`clone_parameters`,
 with a channel's own parameters — for each pair of inputs its own ε₀ and the largest clone
 probability p its rows allow (p ≥ e^−ε₀ always; 2/(e^ε₀ + 1) for k-ary randomized
 response), the worst pair taken. The argument is written out on the docs page
-"Amplification by shuffling".
+"Amplification by shuffling". :func:`clone_parameters_for` gives the same parameters in
+closed form for the mechanisms of this library (any domain size, no channel), and the two
+``*_for_channel`` functions use it whenever they are given a mechanism it covers.
 
 Amplification never hurts: the shuffled reports are ε₀-DP anyway (changing one user's data
 changes one ε₀-LDP report), so every ε returned is ``min(ε₀, bound)``.
@@ -82,6 +84,7 @@ __all__ = [
     "shuffle_rr_delta",
     "closed_form_applies",
     "clone_parameters",
+    "clone_parameters_for",
     "shuffle_epsilon_for_channel",
     "shuffle_delta_for_channel",
 ]
@@ -409,6 +412,250 @@ def clone_parameters(channel: Any) -> list:
     return sorted(front)
 
 
+# --------------------------------------------------------------------------------------
+# channel-specific clones in closed form (any domain size, no channel)
+# --------------------------------------------------------------------------------------
+
+def _rr_clone(epsilon0: float) -> float:
+    """2/(e^ε₀ + 1), written to stay finite for large ε₀."""
+    return 2.0 * math.exp(-epsilon0) / (1.0 + math.exp(-epsilon0))
+
+
+def _two_level(epsilon0: float, shared: bool) -> Tuple[float, float]:
+    """Clone parameters of a two-level channel (Q(y|x) = w(y)·e^ε₀ when y ∈ C_x, w(y)
+    otherwise): e^−ε₀ when some output is in C_x of at least two but not all inputs
+    (``shared``), else 2/(e^ε₀ + 1)."""
+    return epsilon0, (math.exp(-epsilon0) if shared else _rr_clone(epsilon0))
+
+
+def _ratio_patterns(pairs) -> float:
+    """min over the feasible patterns of min(r⁰, r¹, c) / ((r⁰ + r¹)/2): ``pairs`` lists the
+    feasible (r⁰, r¹, c) with c the smallest factor another input can have (inf: none)."""
+    return min(1.0, min(min(a, b, c) / (0.5 * (a + b)) for a, b, c in pairs))
+
+
+def _unary(k: int, one: float, zero: float) -> Tuple[float, float]:
+    """A unary (one-hot) product channel: bit x of the report is 1 w.p. ``one`` when the
+    value is x and w.p. ``zero`` otherwise, independently. Q(y|x) = B(y)·r(y_x) with
+    r(1) = one/zero, r(0) = (1 − one)/(1 − zero)."""
+    if not (0.0 < zero < 1.0 and 0.0 < one < 1.0):
+        raise ValueError(f"the unary channel is not LDP (bit probabilities {one!r}, "
+                         f"{zero!r} must lie strictly between 0 and 1)")
+    r1, r0 = one / zero, (1.0 - one) / (1.0 - zero)
+    epsilon0 = abs(math.log(r1) - math.log(r0))
+    c = min(r0, r1) if k >= 3 else math.inf
+    pairs = [(a, b, c) for a in (r0, r1) for b in (r0, r1)]
+    return epsilon0, _ratio_patterns(pairs)
+
+
+def _dbitflip(k: int, d: int, p: float) -> Tuple[float, float]:
+    """dBitFlipPM: d distinct buckets J (uniform), one bit per bucket, 1 w.p. p for the
+    value's bucket and 1 − p for the others. Q(y|x) = w(y)·r_x with r_x = 1 when x ∉ J,
+    e^s (bit 1) or e^−s (bit 0) when x ∈ J, s = ln(p/(1 − p))."""
+    if not 0.5 < p < 1.0:
+        raise ValueError(f"dBitFlipPM needs 1/2 < p < 1 for an LDP channel, got {p!r}")
+    s = math.log(p) - math.log1p(-p)
+    up, down = math.exp(s), math.exp(-s)
+    pairs = []
+    for inside in range(0, min(d, 2) + 1):       # how many of x⁰, x¹ are in J
+        free = d - inside                         # slots of J left for the other inputs
+        if free > k - 2:
+            continue
+        c = down if free >= 1 else (1.0 if k - 2 > free else math.inf)
+        values = {0: [(1.0, 1.0)],
+                  1: [(v, 1.0) for v in (up, down)] + [(1.0, v) for v in (up, down)],
+                  2: [(a, b) for a in (up, down) for b in (up, down)]}[inside]
+        pairs += [(a, b, c) for a, b in values]
+    epsilon0 = 2.0 * s if d >= 2 else s
+    return epsilon0, _ratio_patterns(pairs)
+
+
+def _hr_shared(mech: Any) -> bool:
+    blocks_used_outputs, b = int(mech.construction[2]), int(mech.construction[1])
+    used = blocks_used_outputs // b
+    return (used >= 2 and b >= 4) or (used == 1 and mech.k >= 4)
+
+
+#: Largest k · m sign-matrix entries :func:`clone_parameters_for` reads for compressive
+#: privatization.
+_SIGN_WORK = 2**26
+
+
+def _compressive(mech: Any) -> Tuple[float, float]:
+    """Compressive privatization with equal normalizers Z_x (``matrix="balanced"`` or
+    ``"hadamard"``): two-level with C_x = {y : A[y, x] = +1}; e^−ε₀ when some row y of A
+    is +1 on two *different* columns and −1 on some column, else 2/(e^ε₀ + 1)."""
+    if mech._matrix == "rademacher":
+        raise ValueError("CompressivePrivatization with matrix='rademacher' has no closed "
+                         "form here (its normalizers Z_x differ between inputs, so the "
+                         "channel is not two-level); use clone_parameters(mech) on a small "
+                         "instance")
+    k, m = mech.k, mech.m
+    if k * m > _SIGN_WORK:
+        raise ValueError(f"CompressivePrivatization: reading the m × k sign matrix "
+                         f"({m} × {k} > 2^26 entries) is too large here")
+    if mech._matrix == "hadamard":
+        A = np.stack([mech.column(x) for x in range(k)], axis=1)
+    else:
+        A = mech.sign_matrix().to_dense()
+    distinct = np.unique(A > 0, axis=1)            # the distinct columns (sets C_x)
+    if distinct.shape[1] < 2:
+        return 0.0, 1.0                            # every input has the same channel row
+    high = distinct.sum(axis=1)                    # distinct columns with +1 in row y
+    shared = bool(np.any((high >= 2) & (high < distinct.shape[1])))
+    return _two_level(mech.realized_epsilon, shared)
+
+
+def _closed_form_rules() -> dict:
+    from . import longitudinal as lg
+    from . import mechanisms as m
+
+    def unary_core(mech):
+        one, zero = mech._core.probabilities()
+        return _unary(mech.k, float(one), float(zero))
+
+    def unary_longitudinal(mech):
+        pr = mech.probabilities()
+        return _unary(mech.k, pr["p_s"], pr["q_s"])
+
+    def memoized_rappor(mech):
+        if mech._num_bits is not None:
+            raise ValueError("MemoizedRAPPOR with a Bloom filter (num_bits set) has no "
+                             "closed form here: its clone parameters depend on the hashed "
+                             "bit sets; use clone_parameters(mech) on a small instance")
+        pr = mech.probabilities()
+        return _unary(mech.k, pr["q_star"], pr["p_star"])
+
+    def asymmetric(mech):
+        Q = mech.channel_matrix()
+        e0 = max(abs(math.log(Q[0, y]) - math.log(Q[1, y])) for y in range(Q.shape[1]))
+        return e0, min(1.0, min(2.0 * min(Q[0, y], Q[1, y]) / (Q[0, y] + Q[1, y])
+                                for y in range(Q.shape[1])))
+
+    return {
+        m.RandomizedResponse: (
+            lambda mech: _two_level(mech.realized_epsilon, False),
+            "k-RR: two-level, every output is high for one input: 2/(e^ε₀ + 1)"),
+        m.SubsetSelection: (
+            lambda mech: _two_level(mech.realized_epsilon, 2 <= mech.d <= mech.k - 1),
+            "subset selection: two-level, e^−ε₀ when 2 ≤ d < k, 2/(e^ε₀ + 1) when d = 1"),
+        m.HadamardResponse: (
+            lambda mech: _two_level(mech.realized_epsilon, _hr_shared(mech)),
+            "HR: two-level, e^−ε₀ with two used blocks of b ≥ 4 outputs or one block and "
+            "k ≥ 4, else 2/(e^ε₀ + 1)"),
+        m.OneBitHadamardResponse: (
+            lambda mech: _two_level(mech.realized_epsilon, mech.k >= 3),
+            "one-bit HR: two-level, e^−ε₀ when k ≥ 3, 2/(e^ε₀ + 1) when k = 2"),
+        m.OptimizedLocalHashing: (
+            lambda mech: _two_level(mech.realized_epsilon, mech.t >= 2),
+            "OLH: two-level, e^−ε₀ when t ≥ 2 digits (k > g), 2/(e^ε₀ + 1) when t = 1"),
+        m.RAPPOR: (unary_core, "unary (product form): e^−ε₀ when k ≥ 3"),
+        m.OptimizedUnaryEncoding: (unary_core, "unary (product form): e^−ε₀ when k ≥ 3"),
+        m.TwoStageRAPPOR: (unary_core, "unary (product form, fair stage bit): e^−ε₀ when "
+                                       "k ≥ 3"),
+        m.AsymmetricBinaryResponse: (asymmetric, "k = 2: min over the two outputs"),
+        m.CompressivePrivatization: (
+            _compressive, "compressive privatization (balanced or Hadamard matrix): "
+                          "two-level, e^−ε₀ when a row of A is +1 on two distinct columns and −1 "
+                          "on one"),
+        lg.LongitudinalGRR: (
+            lambda mech: _two_level(mech.epsilon_1, False),
+            "longitudinal GRR (one report: k-RR): 2/(e^ε₁ + 1)"),
+        lg.LongitudinalSUE: (unary_longitudinal, "unary (one report): e^−ε₁ when k ≥ 3"),
+        lg.LongitudinalOUE: (unary_longitudinal, "unary (one report): e^−ε₁ when k ≥ 3"),
+        lg.LongitudinalOSUE: (unary_longitudinal, "unary (one report): e^−ε₁ when k ≥ 3"),
+        lg.LongitudinalSOUE: (unary_longitudinal, "unary (one report): e^−ε₁ when k ≥ 3"),
+        lg.MemoizedRAPPOR: (memoized_rappor, "unary (one report, one-hot): e^−ε₁ when "
+                                             "k ≥ 3"),
+        lg.DBitFlipPM: (
+            lambda mech: _dbitflip(mech.k, mech.d, mech.probabilities()["p"]),
+            "dBitFlipPM (product form over the d buckets)"),
+    }
+
+
+def _rule_for(mechanism: Any):
+    for cls, rule in _closed_form_rules().items():
+        if type(mechanism) is cls:
+            return rule
+    return None
+
+
+def clone_parameters_for(mechanism: Any) -> list:
+    """The clone parameters of a mechanism **in closed form**, at any domain size: the same
+    ``[(ε₀, p)]`` as :func:`clone_parameters` on the mechanism's exact channel (to rounding),
+    without writing the channel out.
+
+    Every covered mechanism has the same clone parameters for all pairs of inputs, so the
+    result has one pair: ``ε₀`` the mechanism's realized local ε (``realized_epsilon``;
+    ``epsilon_1``, the ε of one report, for the memoized mechanisms of
+    ``ldpdist.longitudinal``) and ``p`` one of ``e^−ε₀`` (no gain over the generic
+    bound) and ``2/(e^ε₀ + 1)`` (as k-ary randomized response), or, for dBitFlipPM, its own
+    value. The rules and their proofs are on the docs page "Amplification by shuffling"
+    (section "Closed forms per mechanism"):
+
+    * two-level channels (``Q(y|x) = w(y) e^ε₀`` when ``y ∈ C_x``, ``w(y)`` otherwise):
+      ``p = e^−ε₀`` when some output is high for at least two but not all inputs, else
+      ``2/(e^ε₀ + 1)`` — :class:`~ldpdist.RandomizedResponse` (never),
+      :class:`~ldpdist.SubsetSelection` (``2 ≤ d < k``),
+      :class:`~ldpdist.HadamardResponse` (two or more used blocks of ``b ≥ 4`` outputs,
+      or one block and ``k ≥ 4``), :class:`~ldpdist.OneBitHadamardResponse` (``k ≥ 3``),
+      :class:`~ldpdist.OptimizedLocalHashing` (``t ≥ 2`` digits, i.e. ``k > g``),
+      ``LongitudinalGRR`` (never),
+      :class:`~ldpdist.CompressivePrivatization` with a balanced or Hadamard matrix (some
+      row of A is +1 on two different columns and −1 on one: read from the matrix, k · m ≤
+      2^26);
+    * unary product channels (:class:`~ldpdist.RAPPOR`,
+      :class:`~ldpdist.OptimizedUnaryEncoding`, :class:`~ldpdist.TwoStageRAPPOR`, the
+      longitudinal unary encodings, one-hot ``MemoizedRAPPOR``):
+      ``p = e^−ε₀`` when ``k ≥ 3``, ``2/(e^ε₀ + 1)`` when ``k = 2``;
+    * ``DBitFlipPM`` (per-bit log-ratio s):
+      ``e^−2s`` when ``d ≥ 3``; ``2e^−s/(e^s + 1)`` when ``d = 2 < k``;
+      ``2/(e^2s + 1)`` when ``d = k = 2``; ``e^−s`` when ``d = 1`` and ``k ≥ 3``;
+      ``2/(e^s + 1)`` when ``d = 1`` and ``k = 2``;
+    * :class:`~ldpdist.AsymmetricBinaryResponse` (k = 2): the minimum over its two outputs.
+
+    Parameters
+    ----------
+    mechanism : mechanism
+        An instance of one of the classes above.
+
+    Returns
+    -------
+    list of (float, float)
+        ``[(ε₀, p)]``, or ``[]`` when every input gives the same output distribution.
+
+    Raises
+    ------
+    ValueError
+        For a mechanism without a closed form here (compressive privatization with the
+        i.i.d. matrix, the context-aware Hadamard responses, which are not ε₀-LDP across
+        all pairs, public-coin hashing, MemoizedRAPPOR with a Bloom filter, or anything
+        else): use :func:`clone_parameters` on its channel where that fits.
+    """
+    rule = _rule_for(mechanism)
+    if rule is None:
+        covered = ", ".join(sorted(cls.__name__ for cls in _closed_form_rules()))
+        raise ValueError(f"no closed-form clone parameters for {type(mechanism).__name__}; "
+                         f"they exist for {covered}. Use clone_parameters(channel) on the "
+                         "exact channel (small domains) or the generic bound "
+                         "shuffle_epsilon(epsilon0, ...)")
+    epsilon0, clone = rule[0](mechanism)
+    epsilon0, clone = float(epsilon0), float(clone)
+    return [(epsilon0, clone)] if epsilon0 > 0.0 else []
+
+
+def _parameters(channel: Any) -> list:
+    """Closed-form clone parameters for a covered mechanism, else the exact channel's (also
+    for the instances a covered class has no closed form for: a Bloom-filter
+    MemoizedRAPPOR, an i.i.d. compressive matrix)."""
+    if not isinstance(channel, np.ndarray) and _rule_for(channel) is not None:
+        try:
+            return clone_parameters_for(channel)
+        except ValueError:
+            pass
+    return clone_parameters(channel)
+
+
 class _ChannelDivergence:
     """The largest clone divergence over a channel's clone parameters."""
 
@@ -430,7 +677,9 @@ def shuffle_epsilon_for_channel(channel: Any, n: int, delta: float, *, bound: st
     The clone reduction of Feldman, McMillan, Talwar (FOCS 2021) applied with the channel's
     own clone parameters (:func:`clone_parameters`): for each pair of inputs, the pair's own
     ε₀ and the largest clone probability p the channel allows, instead of the worst case
-    p = e^−ε₀ of a generic ε₀-LDP randomizer. The result is the largest over the pairs, never
+    p = e^−ε₀ of a generic ε₀-LDP randomizer. Given a mechanism that
+    :func:`clone_parameters_for` covers, its closed form is used (any k); otherwise the
+    channel is written out (small domains only). The result is the largest over the pairs, never
     above :func:`shuffle_epsilon` at the channel's ε₀. See the docs page "Amplification by
     shuffling" for the argument.
 
@@ -456,7 +705,7 @@ def shuffle_epsilon_for_channel(channel: Any, n: int, delta: float, *, bound: st
     n, d = _check_n(n), _check_delta(delta)
     bound = one_of(bound, ("upper", "lower"), "bound")
     tol = _check_tolerance(tolerance)
-    parameters = clone_parameters(channel)
+    parameters = _parameters(channel)
     if not parameters:
         return 0.0  # every input gives the same output distribution
     top = max(e0 for e0, _ in parameters)
@@ -486,7 +735,7 @@ def shuffle_delta_for_channel(channel: Any, n: int, epsilon: float, *,
     """
     n, e = _check_n(n), _check_epsilon(epsilon)
     bound = one_of(bound, ("upper", "lower"), "bound")
-    parameters = clone_parameters(channel)
+    parameters = _parameters(channel)
     if not parameters:
         return 0.0
     return _ChannelDivergence(parameters, n)(e)[1 if bound == "upper" else 0]

@@ -42,8 +42,8 @@ import numpy as np
 from . import _core, memory
 from ._validation import as_array, integer, shown
 from .accounting import Campaign, CampaignReport, CollectionCost
-from .amplification import (clone_parameters, closed_form_applies, shuffle_delta,
-                            shuffle_delta_for_channel, shuffle_epsilon,
+from .amplification import (clone_parameters, clone_parameters_for, closed_form_applies,
+                            shuffle_delta, shuffle_delta_for_channel, shuffle_epsilon,
                             shuffle_epsilon_for_channel, shuffle_rr_delta, shuffle_rr_epsilon)
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "shuffle_rr_delta",
     "closed_form_applies",
     "clone_parameters",
+    "clone_parameters_for",
     "shuffle_epsilon_for_channel",
     "shuffle_delta_for_channel",
     "Campaign",
