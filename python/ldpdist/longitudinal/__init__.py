@@ -2,7 +2,7 @@
 
 Each user holds a permanent secret (:func:`make_secrets`). A first, *permanent* round of
 randomization is a deterministic function of the secret and the value (an HMAC-SHA256
-stream, see :mod:`ldpdist.longitudinal.base`), so it is the same in every collection while
+stream, see ``ldpdist.longitudinal.base``), so it is the same in every collection while
 the value does not change, and the client needs no stored table; a second,
 *instantaneous* round re-randomizes it with fresh randomness for each report.
 
@@ -37,8 +37,10 @@ from .base import LongitudinalMechanism, from_dict, make_secrets
 from .dbitflip import DBitFlipPM
 from .grr import LongitudinalGRR
 from .rappor import MemoizedRAPPOR
-from .unary import LongitudinalOSUE, LongitudinalOUE, LongitudinalSOUE, LongitudinalSUE
+from .unary import (LongitudinalOSUE, LongitudinalOUE, LongitudinalSOUE, LongitudinalSUE,
+                    LongitudinalUnary)
 
-__all__ = ["LongitudinalMechanism", "LongitudinalGRR", "LongitudinalSUE", "LongitudinalOUE",
-           "LongitudinalOSUE", "LongitudinalSOUE", "MemoizedRAPPOR", "DBitFlipPM", "from_dict",
-           "make_secrets", "LongitudinalAggregator", "simulate_campaign"]
+__all__ = ["LongitudinalMechanism", "LongitudinalUnary", "LongitudinalGRR", "LongitudinalSUE",
+           "LongitudinalOUE", "LongitudinalOSUE", "LongitudinalSOUE", "MemoizedRAPPOR",
+           "DBitFlipPM", "from_dict", "make_secrets", "LongitudinalAggregator",
+           "simulate_campaign"]

@@ -504,7 +504,7 @@ class LongitudinalMechanism:
 
     def expected_estimate(self, p: Any) -> np.ndarray:
         """The exact expectation of the raw estimate for users drawn from ``p``, computed
-        from the chained channel (:meth:`channel_matrix`): equals ``p`` (unbiasedness)."""
+        from the chained channel (``channel_matrix()``): equals ``p`` (unbiasedness)."""
         p = np.asarray(p, dtype=np.float64)
         channel = self.channel_matrix()
         expected_counts = (p @ channel) @ self._support_of_outputs()

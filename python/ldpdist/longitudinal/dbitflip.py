@@ -56,7 +56,7 @@ class DBitFlipPM(LongitudinalMechanism):
     Notes
     -----
     **Memoization words.** The buckets come from the stream of (secret, 2^64 - 1) (module
-    :mod:`ldpdist.longitudinal.base`): successive words ``w`` below
+    ``ldpdist.longitudinal.base``): successive words ``w`` below
     ``2^64 - (2^64 mod k)`` give ``w mod k``, repeats skipped, until d distinct buckets
     (an exactly uniform d-subset), sorted. The bits for value x come from the stream of
     (secret, x): bit i (of bucket ``j_i``) is ``(w_i >> 11) < P * 2^53``, ``P = p`` if

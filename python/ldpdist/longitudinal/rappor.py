@@ -75,7 +75,7 @@ class MemoizedRAPPOR(LongitudinalMechanism):
     the nearest multiple; :meth:`probabilities` gives the realized ones.
 
     **Memoization words.** Bit j of the memoized vector of (secret, value) reads word
-    ``w_j`` of the stream (module :mod:`ldpdist.longitudinal.base`): with
+    ``w_j`` of the stream (module ``ldpdist.longitudinal.base``): with
     ``u = w_j >> 11`` and ``g = (f/2) 2^53``, the bit is 1 if ``u < g``, 0 if
     ``g <= u < 2g``, else the value's bit.
 

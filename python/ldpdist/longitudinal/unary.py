@@ -15,7 +15,7 @@ from .._validation import integer
 from .base import (GRID, LongitudinalMechanism, binary_counts, check_epsilon, grid_down,
                    grid_up, largest_below, memo_words, product_channel, register)
 
-__all__ = ["LongitudinalSUE", "LongitudinalOUE", "LongitudinalOSUE", "LongitudinalSOUE"]
+__all__ = ["LongitudinalUnary", "LongitudinalSUE", "LongitudinalOUE", "LongitudinalOSUE", "LongitudinalSOUE"]
 
 _HALF = GRID // 2
 MAX_CHANNEL_K = 12
@@ -27,7 +27,7 @@ def _ue_epsilon(p: float, q: float) -> float:
     return math.log(p) + math.log1p(-q) - math.log1p(-p) - math.log(q)
 
 
-class _LongitudinalUnary(LongitudinalMechanism):
+class LongitudinalUnary(LongitudinalMechanism):
     """Common code of the four longitudinal unary encodings (see the subclasses)."""
 
     report_kind = "bits"
@@ -198,7 +198,7 @@ is ``ln(p1 (1 - q1) / ((1 - p1) q1))``, the exact max log-ratios of the realized
 
 **Memoization words.** Bit j of the memoized vector of (secret, value) is
 ``(w_j >> 11) < P * 2^53`` for word ``w_j`` of the stream, with ``P = p1`` for j = value
-and ``q1`` otherwise (module :mod:`ldpdist.longitudinal.base`).
+and ``q1`` otherwise (module ``ldpdist.longitudinal.base``).
 
 **Per report.** ``u = rng.random((n, k))`` from
 ``numpy.random.Generator(PCG64(SeedSequence(seed)))``; a reported bit is
@@ -236,7 +236,7 @@ def _doc(name: str, title: str, first: tuple, second: str) -> str:
 
 
 @register
-class LongitudinalSUE(_LongitudinalUnary):
+class LongitudinalSUE(LongitudinalUnary):
     _first, _second = "sue", "sue"
     __doc__ = _doc("LongitudinalSUE", "L-SUE: SUE memoized, SUE per report (RAPPOR's "
                    "permanent and instantaneous randomized response on one-hot bits)", _SUE,
@@ -244,18 +244,18 @@ class LongitudinalSUE(_LongitudinalUnary):
 
 
 @register
-class LongitudinalOUE(_LongitudinalUnary):
+class LongitudinalOUE(LongitudinalUnary):
     _first, _second = "oue", "oue"
     __doc__ = _doc("LongitudinalOUE", "L-OUE: OUE memoized, OUE per report", _OUE, "oue")
 
 
 @register
-class LongitudinalOSUE(_LongitudinalUnary):
+class LongitudinalOSUE(LongitudinalUnary):
     _first, _second = "oue", "sue"
     __doc__ = _doc("LongitudinalOSUE", "L-OSUE: OUE memoized, SUE per report", _OUE, "sue")
 
 
 @register
-class LongitudinalSOUE(_LongitudinalUnary):
+class LongitudinalSOUE(LongitudinalUnary):
     _first, _second = "sue", "oue"
     __doc__ = _doc("LongitudinalSOUE", "L-SOUE: SUE memoized, OUE per report", _SUE, "oue")
