@@ -10,7 +10,8 @@
 //! rejection-sampling protocols), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
 //! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries),
-//! [`heavy_hitters`] (the server-side counting of heavy-hitter protocols: PEM's supports).
+//! [`heavy_hitters`] (the server-side counting of heavy-hitter protocols: PEM's supports),
+//! [`item_hash`] (their public seeded item hash, for many items at once).
 //!
 //! Mechanisms ([`mechanisms`]): each module holds one mechanism's client-side sampler and
 //! its server-side aggregation and unbiased estimator. Index mechanisms (a report is one
@@ -77,6 +78,7 @@ pub mod hadamard;
 pub mod heavy_hitters;
 pub mod hull;
 pub mod interrupt;
+pub mod item_hash;
 pub mod linear;
 pub mod mechanisms;
 pub mod memory;

@@ -86,6 +86,60 @@ def test_item_bad_input():
         hash_item("a", seed=-1)
 
 
+def _blake2b(item, seed):
+    """The specification with hashlib, independently of the package (and its kernel)."""
+    message = (b"\x01" + item if type(item) is bytes else b"\x02" + item.encode("utf-8")
+               if type(item) is str else b"\x03" + item.to_bytes(8, "little"))
+    return int.from_bytes(hashlib.blake2b(message, digest_size=8, key=seed.to_bytes(
+        32, "little"), person=b"ldpdist.hh.v1").digest(), "big")
+
+
+def test_hash_kernel_matches_hashlib():
+    """The Rust kernel of hash_items gives hashlib's bits on 10^4 random items of every kind,
+    mixed or of one kind, distinct or repeated, including the extreme sizes and values."""
+    rng = np.random.default_rng(23)
+    alphabet = "az09 é日🙂\x00"
+    sizes = [0, 1, 2, 7, 63, 64, 127, 128, 129, 500, MAX_ITEM_BYTES]
+    items = ["", b"", 0, 2**64 - 1, 2**63, b"\xff" * MAX_ITEM_BYTES, "é" * (MAX_ITEM_BYTES // 2),
+             "a" * MAX_ITEM_BYTES, "🙂" * (MAX_ITEM_BYTES // 4)]
+    for i in range(10_000 - len(items)):
+        size = int(rng.choice(sizes))
+        if i % 3 == 0:
+            items.append(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+        elif i % 3 == 1:
+            text = "".join(rng.choice(list(alphabet), size))
+            while len(text.encode("utf-8")) > MAX_ITEM_BYTES:
+                text = text[:-1]
+            items.append(text)
+        else:
+            items.append(int(rng.integers(0, 2**64, dtype=np.uint64)))
+    for seed in (0, 2**256 - 1):
+        expected = np.array([_blake2b(item, seed) for item in items], dtype=np.uint64)
+        assert np.array_equal(hash_items(items, seed), expected)  # distinct, mixed kinds
+        order = rng.integers(0, len(items), 3 * len(items))  # repeated, mixed kinds
+        assert np.array_equal(hash_items([items[j] for j in order], seed), expected[order])
+        for kind in (str, bytes, int):
+            chosen = [j for j, item in enumerate(items) if type(item) is kind]
+            assert np.array_equal(hash_items([items[j] for j in chosen], seed),
+                                  expected[chosen])
+            twice = chosen[::-1] + chosen
+            assert np.array_equal(hash_items([items[j] for j in twice], seed),
+                                  expected[twice])
+    assert hash_items([]).dtype == np.uint64 and hash_items([]).shape == (0,)
+
+
+def test_hash_items_names_the_first_bad_item():
+    """With several kinds and repeats, the first refused item (in the items' order) is named."""
+    with pytest.raises(ValueError, match=r"items\[3\] = -1 is outside"):
+        hash_items(["a", 5, "a", -1, "b" * 2000, "\ud800"])
+    with pytest.raises(ValueError, match=r"items\[2\] has 2000 bytes"):
+        hash_items([b"x", 5, "b" * 2000, 2**64, "\ud800"])
+    with pytest.raises(ValueError, match=r"items\[4\] is a str with no UTF-8 encoding"):
+        hash_items([b"x", 5, b"x", 5, "a\ud800", 2**64])
+    with pytest.raises(ValueError, match=r"items\[1\] = 18446744073709551616 is outside"):
+        hash_items([7, 2**64, 7])
+
+
 def test_privatize_bad_input():
     pem = PEM(1.0, bits=16)
     with pytest.raises(ValueError, match="items is empty"):

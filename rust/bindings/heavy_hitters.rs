@@ -2,6 +2,7 @@
 
 use super::{run_long, slice};
 use crate::heavy_hitters;
+use crate::item_hash;
 use numpy::{IntoPyArray, PyArray1, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -35,7 +36,27 @@ fn pem_support<'py>(
     Ok((support.counts.into_pyarray(py), support.reports))
 }
 
+/// The 64-bit item hashes (version 1) of the messages `messages[offsets[i]..offsets[i + 1]]`
+/// under the 32-byte `key` (`crate::item_hash::hash_messages`).
+#[pyfunction]
+fn hash_item_messages<'py>(
+    py: Python<'py>,
+    messages: &[u8],
+    offsets: PyReadonlyArray1<'py, u64>,
+    key: &[u8],
+) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    let offsets = slice(&offsets, "offsets")?;
+    let units = (offsets.len() as u64)
+        .saturating_mul(128)
+        .saturating_add(messages.len() as u64);
+    let hashes = run_long(py, units, || {
+        item_hash::hash_messages(messages, offsets, key)
+    })?;
+    Ok(hashes.into_pyarray(py))
+}
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pem_support, m)?)?;
+    m.add_function(wrap_pyfunction!(hash_item_messages, m)?)?;
     Ok(())
 }

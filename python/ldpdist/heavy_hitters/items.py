@@ -44,10 +44,11 @@ pass a dictionary of candidate items; their hashes are matched to the values fou
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
+from .. import _core
 from .._validation import integer, shown
 
 __all__ = ["MAX_ITEM_BYTES", "HASH_VERSION", "PERSONALIZATION", "encode_item", "hash_item",
@@ -146,10 +147,45 @@ def _item_list(items: Any) -> List[Any]:
                         f"integers), got {type(items).__name__}") from None
 
 
+def _messages(strs: List[str], raw: List[bytes],
+              ints: List[int]) -> Optional[Tuple[bytes, np.ndarray]]:
+    """The concatenated messages of distinct items of the exact types str, bytes and int (in
+    this order) and their lengths (uint64), or ``None`` when one of the items is refused."""
+    buffers, lengths = [], []
+    if strs:
+        try:
+            encoded = list(map(str.encode, strs))  # UTF-8, strict
+        except UnicodeEncodeError:
+            return None
+        buffers.append(_TAG_STR + _TAG_STR.join(encoded))
+        lengths.append(np.fromiter(map(len, encoded), dtype=np.uint64, count=len(encoded)))
+    if raw:
+        buffers.append(_TAG_BYTES + _TAG_BYTES.join(raw))
+        lengths.append(np.fromiter(map(len, raw), dtype=np.uint64, count=len(raw)))
+    if ints:
+        try:
+            payload = np.array(ints, dtype="<u8")
+        except (OverflowError, ValueError, TypeError):  # outside [0, 2**64)
+            return None
+        rows = np.empty((len(ints), 9), dtype=np.uint8)
+        rows[:, 0] = _TAG_INT[0]
+        rows[:, 1:] = payload.view(np.uint8).reshape(-1, 8)
+        buffers.append(rows.tobytes())
+        lengths.append(np.full(len(ints), 8, dtype=np.uint64))
+    if not lengths:
+        return b"", np.zeros(0, dtype=np.uint64)
+    sizes = np.concatenate(lengths) + 1  # the tag byte
+    if sizes.max() > MAX_ITEM_BYTES + 1:
+        return None
+    return b"".join(buffers), sizes
+
+
 def hash_items(items: Iterable[Any], seed: int = 0) -> np.ndarray:
     """The 64-bit hashes ``h64`` of a sequence of items, as a uint64 array.
 
-    Repeated items are hashed once (a dictionary of the distinct items of the call).
+    Repeated items are hashed once (a dictionary of the distinct items of the call); items of
+    the exact types ``str``, ``bytes`` and ``int`` are hashed in parallel by the compiled
+    kernel, with the same bits as :func:`hash_item`.
 
     Parameters
     ----------
@@ -164,25 +200,33 @@ def hash_items(items: Iterable[Any], seed: int = 0) -> np.ndarray:
     """
     key = _key(seed)
     values = _item_list(items)
-    blake2b = hashlib.blake2b
-    if set(map(type, values)) <= _EXACT:
+    types = set(map(type, values))
+    if types <= _EXACT:
         # Only exact str, bytes and int: no two of them are equal across types, so the
-        # distinct items are the keys of one dict (built at C speed) and each is hashed once.
-        # The keyed state is set up once and copied per item (keying hashes a whole block).
-        keyed = blake2b(digest_size=8, key=key, person=PERSONALIZATION)
+        # distinct items are the keys of one dict (built at C speed); their messages are
+        # built per kind at C speed and hashed in one call of the Rust kernel.
         table = dict.fromkeys(values)
-        for item in table:
-            try:
-                message = (_TAG_STR + item.encode("utf-8") if type(item) is str
-                           else _message(item))
-            except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-                message = b""
-            if not message or len(message) > MAX_ITEM_BYTES + 1:
-                _message(item, values.index(item))  # raises, naming the item's position
-            state = keyed.copy()
-            state.update(message)
-            table[item] = int.from_bytes(state.digest(), "big")
-        return np.fromiter(map(table.__getitem__, values), dtype=np.uint64, count=len(values))
+        if len(types) == 1:
+            distinct = list(table)
+            kinds = [distinct if kind in types else [] for kind in (str, bytes, int)]
+        else:
+            kinds = [[item for item in table if type(item) is kind]
+                     for kind in (str, bytes, int)]
+        built = _messages(*kinds)
+        if built is None:  # an item is refused: name the first one, as _message words it
+            for i, item in enumerate(values):
+                _message(item, i)
+            raise AssertionError("an item was refused but _message accepts them all")
+        messages, lengths = built
+        offsets = np.zeros(len(lengths) + 1, dtype=np.uint64)
+        np.cumsum(lengths, out=offsets[1:])
+        hashes = _core.hash_item_messages(messages, offsets, key)
+        if len(types) <= 1 and len(table) == len(values):
+            return hashes  # all distinct: the dict's order is the items' order
+        index = dict(zip(kinds[0] + kinds[1] + kinds[2], range(len(table))))
+        return hashes[np.fromiter(map(index.__getitem__, values), dtype=np.intp,
+                                  count=len(values))]
+    blake2b = hashlib.blake2b
     out = np.empty(len(values), dtype=np.uint64)
     cache: Dict[Any, int] = {}
     for i, item in enumerate(values):
