@@ -288,7 +288,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     lines = ["| " + " | ".join(header) + " |",
              "| " + " | ".join(["---"] * 4 + ["---:"] * (len(header) - 4)) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
-    note = (f"\n\n*`python benches/heavy_hitters_peers.py {' '.join(argv or sys.argv[1:])}`: "
+    shown = list(argv if argv is not None else sys.argv[1:])
+    if "--out" in shown:  # where the table went is not part of how it was made
+        at = shown.index("--out")
+        del shown[at:at + 2]
+    note = (f"\n\n*`python benches/heavy_hitters_peers.py {' '.join(shown)}`: "
             f"top {args.top} of {args.vocabulary} random words; F1 of the hashed values found "
             f"against the true top {args.top}, means of {args.runs} run(s); ℓ1 = Σ|f̂ − f| over "
             "the values found; clients = privatize every user; server = aggregate every "

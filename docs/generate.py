@@ -1414,6 +1414,25 @@ def performance(ctx: Context) -> None:
                     "--markdown", str(target)], check=True, cwd=str(ROOT), env=env)
 
 
+#: The side-by-side settings (pure-LDP takes tens of seconds per protocol and run at 10^5).
+PEERS_ARGUMENTS = ("--n", "100000", "--epsilon", "1,4", "--s", "1.1,1.5", "--runs", "2")
+
+
+@register("heavy-hitters-peers", ("generated/heavy-hitters-peers.md",),
+          "benches/heavy_hitters_peers.py: heavy hitters side by side with pure-LDP (F1, l1, "
+          "client and server times); needs the bench extra (pure-ldp)", timing=True, cost=1200)
+def heavy_hitters_peers(ctx: Context) -> None:
+    try:
+        import pure_ldp  # noqa: F401 - the peer must be there, or the table loses its column
+    except ImportError:
+        raise SystemExit("heavy-hitters-peers needs pure-LDP: pip install 'ldpdist[bench]'")
+    target = ctx.generated("heavy-hitters-peers.md")
+    subprocess.run([sys.executable, str(ROOT / "benches" / "heavy_hitters_peers.py"),
+                    *PEERS_ARGUMENTS, "--out", str(target)], check=True, cwd=str(ROOT))
+    text = target.read_text(encoding="utf-8").rstrip("\n")
+    target.write_text(f"{text[:-1]} {machine_facts()}.*\n", encoding="utf-8")
+
+
 SPEED_MECHANISMS = (("RR", "RandomizedResponse"), ("HR", "HadamardResponse"),
                     ("RAPPOR", "RAPPOR"), ("OUE", "OptimizedUnaryEncoding"),
                     ("SS", "SubsetSelection"), ("OLH", "OptimizedLocalHashing"),
