@@ -4,6 +4,9 @@ of :mod:`ldpdist.heavy_hitters.items`, with an exact OLH frequency oracle per gr
 
 from __future__ import annotations
 
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 import numpy as np
@@ -20,6 +23,21 @@ __all__ = ["PEM", "PEMAggregator"]
 MAX_G = 251
 _PRIMES = [p for p in range(2, MAX_G + 1) if all(p % d for d in range(2, int(p ** 0.5) + 1))]
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
+
+
+#: The Rust support kernel splits more than this many rows over its threads itself, and
+#: work (rows · (1 + candidates · digits / 8)) below the second is not worth a thread.
+_KERNEL_CHUNK_ROWS, _PARALLEL_WORK = 1 << 14, 1 << 18
+
+
+def _threads() -> int:
+    """Threads of the Rust kernels: ``RAYON_NUM_THREADS`` if set to a positive integer,
+    else the number of CPUs (as rayon does)."""
+    try:
+        threads = int(os.environ.get("RAYON_NUM_THREADS", ""))
+    except ValueError:
+        threads = 0
+    return threads if threads > 0 else (os.cpu_count() or 1)
 
 
 def _digits_needed(bits: int, g: int) -> int:
@@ -176,10 +194,29 @@ class PEM(PrefixProtocol):
         return out
 
     def _invalid_mask(self, array: np.ndarray) -> np.ndarray:
-        group, y, a = array["group"], array["y"], array["a"]
-        bad = (group >= self.groups) | (y >= self._g) | (a >= self._g).any(axis=1)
-        t = np.array(self._digits)[np.minimum(group, self.groups - 1)]
-        return bad | ((np.arange(a.shape[1])[None, :] >= t[:, None]) & (a != 0)).any(axis=1)
+        # One pass over the reports' bytes: a report is malformed when its group is not in
+        # [0, G), or a byte exceeds its group's limit (y and the t_j digits: g - 1; the
+        # digits past t_j: 0)
+        size = self._dtype.itemsize
+        raw = np.ascontiguousarray(array).view(np.uint8).reshape(array.shape[0], size)
+        group = raw[:, 0]
+        bad = group >= self.groups
+        limits = np.take(self._byte_limits(), np.minimum(group, self.groups - 1), axis=0)
+        over = np.greater(raw, limits, out=limits.view(bool))
+        return bad | over.any(axis=1) if over.any() else bad  # rows only if one is bad
+
+    def _byte_limits(self) -> np.ndarray:
+        """(G, itemsize) uint8: the largest value of each byte of a report of each group
+        (the group byte itself is checked separately)."""
+        limits = self.__dict__.get("_limits")
+        if limits is None:
+            t_max = self._dtype["a"].shape[0]
+            limits = np.zeros((self.groups, 2 + t_max), dtype=np.uint8)
+            limits[:, 0] = 255
+            for j, t in enumerate(self._digits):
+                limits[j, 1:2 + t] = self._g - 1
+            self._limits = limits
+        return limits
 
     def _describe_invalid(self, report: Any) -> str:
         group = int(report["group"])
@@ -236,27 +273,39 @@ class PEMAggregator(KeptReportsAggregator):
         """Number of reports of each group."""
         return np.bincount(self.reports()["group"], minlength=self.pem.groups)
 
-    # -- estimation ----------------------------------------------------------------------
-
-    def _support(self, group: int, candidates: np.ndarray,
-                 mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
+    def _support(self, group: int, candidates: np.ndarray, mine: Optional[np.ndarray] = None,
+                 pool: Optional[ThreadPoolExecutor] = None) -> Tuple[np.ndarray, int]:
         """Supporting-report counts of each candidate prefix among group ``group``'s
         reports, and that group's size. ``mine`` is an array of reports (of any groups,
         default all those added): only its rows of group ``group`` are counted, by the Rust
-        kernel, in place (no per-group copy of the reports)."""
+        kernel, in place (no per-group copy of the reports). With a ``pool``, a block of
+        rows too small for the kernel's own parallel split (one group's rows, already
+        separated) is cut into one piece per thread, counted concurrently (the kernel
+        releases the GIL) and summed: exact integer counts, the same whatever the split."""
         pem = self.pem
         reports = np.ascontiguousarray(self.reports() if mine is None else mine)
         rows = reports.view(np.uint8).reshape(reports.size, pem.report_dtype.itemsize)
         candidates = np.ascontiguousarray(candidates, dtype=np.uint64)
-        counts, n = _core.pem_support(rows, group, pem.digits[group], pem.g, candidates)
+        t = pem.digits[group]
+        pieces = 1 if pool is None else _threads()
+        if pieces > 1 and rows.shape[0] <= _KERNEL_CHUNK_ROWS \
+                and rows.shape[0] * (1 + candidates.size * t // 8) >= _PARALLEL_WORK:
+            parts = list(pool.map(
+                lambda piece: _core.pem_support(piece, group, t, pem.g, candidates),
+                np.array_split(rows, pieces)))
+            counts = np.sum([c for c, _ in parts], axis=0, dtype=np.uint64)
+            n = sum(int(m) for _, m in parts)
+        else:
+            counts, n = _core.pem_support(rows, group, t, pem.g, candidates)
         if n == 0:
             raise ValueError(f"group {group} (prefixes of {pem.prefix_bits[group]} bits) has no "
                              f"reports: PEM needs users in each of its {pem.groups} groups")
         return counts.astype(np.int64), int(n)
 
-    def _frequencies(self, group: int, candidates: np.ndarray,
-                     mine: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray, int]:
-        counts, n = self._support(group, candidates, mine)
+    def _frequencies(self, group: int, candidates: np.ndarray, mine: Optional[np.ndarray] = None,
+                     pool: Optional[ThreadPoolExecutor] = None
+                     ) -> Tuple[np.ndarray, np.ndarray, int]:
+        counts, n = self._support(group, candidates, mine, pool)
         pem = self.pem
         gap = pem.p - pem.q
         share = counts / n
@@ -291,16 +340,19 @@ class PEMAggregator(KeptReportsAggregator):
         kept = np.arange(2**pem.prefix_bits[0], dtype=np.uint64)
         estimates = errors = None
         n = 0
-        reports = self.reports()  # each round's kernel skips the other groups' rows
-        for group in range(pem.groups):
-            if group:
-                extra = pem.prefix_bits[group] - pem.prefix_bits[group - 1]
-                kept = ((kept[:, None] << np.uint64(extra))
-                        | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
-            estimates, errors, n = self._frequencies(group, kept, reports)
-            keep = min(pem.top if group < pem.groups - 1 else top, kept.size)
-            order = np.lexsort((kept, -estimates))[:keep]  # largest first, ties by value
-            kept, estimates, errors = kept[order], estimates[order], errors[order]
+        parts = self.group_rows()  # each round's kernel reads only its group's rows
+        threads = _threads()
+        with (ThreadPoolExecutor(threads, thread_name_prefix="ldpdist-pem") if threads > 1
+              else contextlib.nullcontext()) as pool:
+            for group in range(pem.groups):
+                if group:
+                    extra = pem.prefix_bits[group] - pem.prefix_bits[group - 1]
+                    kept = ((kept[:, None] << np.uint64(extra))
+                            | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
+                estimates, errors, n = self._frequencies(group, kept, parts[group], pool)
+                keep = min(pem.top if group < pem.groups - 1 else top, kept.size)
+                order = np.lexsort((kept, -estimates))[:keep]  # largest first, ties by value
+                kept, estimates, errors = kept[order], estimates[order], errors[order]
         items = None
         if candidates is not None:
             names = pem._name_items(candidates)

@@ -631,14 +631,16 @@ class KeptReportsAggregator(HeavyHitterAggregator):
             return self._parts[0]
 
     def group_rows(self, field: str = "group") -> List[np.ndarray]:
-        """The reports of each group (field ``field``), one stable sort of all the reports."""
-        reports = self.reports()
-        groups = self.protocol.groups
-        counts = np.bincount(reports[field], minlength=groups)
-        order = np.argsort(reports[field], kind="stable")
-        ordered = reports[order]
-        ends = np.cumsum(counts)
-        return [ordered[end - size:end] for end, size in zip(ends, counts)]
+        """The reports of each group (field ``field``), each contiguous: one stable argsort
+        of the groups and one gather of whole reports (as raw records)."""
+        reports = np.ascontiguousarray(self.reports())
+        groups = reports[field]
+        sizes = np.bincount(groups, minlength=self.protocol.groups)
+        order = np.argsort(groups, kind="stable")
+        records = np.take(reports.view(np.dtype((np.void, reports.dtype.itemsize))), order)
+        ordered = records.view(reports.dtype)
+        ends = np.cumsum(sizes)
+        return [ordered[end - size:end] for end, size in zip(ends.tolist(), sizes.tolist())]
 
     def _payload(self) -> bytes:
         return self.reports().tobytes()

@@ -280,6 +280,10 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
         return self._sketch.describe(report)
 
 
+#: Pairs per block of the fragment search (its (block, positions) lookups stay in cache).
+_PAIR_BLOCK = 4096
+
+
 class SequenceFragmentPuzzleAggregator(SketchAggregator):
     """Integer sums of SFP reports: one sketch's sums per group (whole strings, then each
     fragment position)."""
@@ -289,8 +293,13 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
 
     def _absorb(self, sums: np.ndarray, reports: np.ndarray) -> None:
         sketch = self.protocol._sketch
-        for g in np.unique(reports["group"]):
-            sketch.absorb(sums[g], reports[reports["group"] == g])
+        group = reports["group"]
+        order = np.argsort(group, kind="stable")  # each group's reports, in their order
+        ordered = reports[order]
+        bounds = np.searchsorted(group[order], np.arange(sums.shape[0] + 1))
+        for g in range(sums.shape[0]):
+            if bounds[g + 1] > bounds[g]:
+                sketch.absorb(sums[g], ordered[bounds[g]:bounds[g + 1]])
 
     def _check_sums(self, sums: np.ndarray, n: int) -> None:
         sketch = self.protocol._sketch
@@ -366,8 +375,8 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
         G = min(4, d)
         frag_values = protocol.fragment_values
         F = frag_values.size
-        A = protocol._A[:, frag_values]  # (d, F)
-        B = protocol._B
+        A = protocol._A[:, frag_values].astype(np.intp)  # (d, F)
+        B = protocol._B.astype(np.intp)
         tables = [sketch.support_table(self._sums[1 + p]) for p in range(P)]
         # float32 lookups (exact below 2**24 reports per position; used to rank only)
         tables32 = [t.astype(np.float32) for t in tables]
@@ -378,30 +387,41 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
         group_n = np.maximum(np.stack([row_n[:, g::G].sum(axis=1) for g in range(G)], axis=1), 1)
         kept_score = [np.zeros(0, np.float32) for _ in range(P)]
         kept_pair = [np.zeros(0, np.int64) for _ in range(P)]
+        # row j's lookups of every position side by side: one gather fetches a bucket's P
+        # values (the same float32 operations, in the same order, as position by position)
+        by_row = [np.ascontiguousarray(np.stack([tables32[p][j] for p in range(P)], axis=1))
+                  for j in range(d)]
+        scales = [np.array([c / group_n[p, g] for p in range(P)], dtype=np.float32)
+                  for g in range(G)]
+        offset = np.float32((1.0 - c) / 2)
+        block = _PAIR_BLOCK
+        part_buf = np.empty((block, P), dtype=np.float32)
+        acc = np.empty((block, P), dtype=np.float32)
         step = max(1, (1 << 20) // F)  # tags per pass
         for t0 in range(0, 256, step):
             tags = np.arange(t0, min(256, t0 + step))
-            idx = [(B[j, tags][:, None] ^ A[j][None, :]).ravel().astype(np.intp)
-                   for j in range(d)]
+            idx = [(B[j, tags][:, None] ^ A[j][None, :]).ravel() for j in range(d)]
             pairs = (tags[:, None] * 2**16 + frag_values[None, :]).ravel()
             keep = min(T, pairs.size)
-            part_buf = np.empty(pairs.size, dtype=np.float32)
-            acc = np.empty(pairs.size, dtype=np.float32)
-            score = np.empty(pairs.size, dtype=np.float32)
-            for p in range(P):
+            scores = np.empty((P, pairs.size), dtype=np.float32)
+            for s0 in range(0, pairs.size, block):
+                s1 = min(pairs.size, s0 + block)
+                a, buf = acc[:s1 - s0], part_buf[:s1 - s0]
                 for g in range(G):
-                    np.take(tables32[p][g], idx[g], out=acc)
+                    np.take(by_row[g], idx[g][s0:s1], axis=0, out=a)
                     for j in range(g + G, d, G):
-                        np.take(tables32[p][j], idx[j], out=part_buf)
-                        acc += part_buf
+                        np.take(by_row[j], idx[j][s0:s1], axis=0, out=buf)
+                        a += buf
                     # the group's estimate, up to the common factor m/(m-1) (monotone)
-                    acc *= np.float32(c / group_n[p, g])
+                    a *= scales[g]
                     if not sketch.hadamard:
-                        acc += np.float32((1.0 - c) / 2)
+                        a += offset
                     if g == 0:
-                        score[:] = acc
+                        scores[:, s0:s1] = a.T
                     else:
-                        np.minimum(score, acc, out=score)
+                        np.minimum(scores[:, s0:s1], a.T, out=scores[:, s0:s1])
+            for p in range(P):
+                score = scores[p]
                 part = np.argpartition(-score, keep - 1)[:keep]
                 both_s = np.concatenate([kept_score[p], score[part]])
                 both_p = np.concatenate([kept_pair[p], pairs[part]])
@@ -446,9 +466,10 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
                     break
                 p = min(several, key=lambda i: lists[i][-1][0])
                 lists[p].pop()
+            pieces = [[f.to_bytes(2, "big") for _, f in o] for o in lists]
             for e in range(last + 1):
-                for combo in itertools.product(*[[f for _, f in o] for o in lists[:e + 1]]):
-                    data = b"".join(f.to_bytes(2, "big") for f in combo).rstrip(b"\x00")
+                for combo in itertools.product(*pieces[:e + 1]):
+                    data = b"".join(combo).rstrip(b"\x00")
                     if (tag, data) not in seen:
                         seen.add((tag, data))
                         found.append((tag, data))

@@ -30,6 +30,7 @@ and ``b"fragment"`` for SFP's fragment records. For m a power of two, ``h_j(v)``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from fractions import Fraction
@@ -37,8 +38,8 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
+from .. import _core
 from .._validation import integer
-from ..kernels import fwht
 from ..mechanisms.base import check_epsilon
 from .items import _item_list
 from .protocol import (HeavyHitterProtocol, ItemFrequencies, SketchAggregator,
@@ -57,16 +58,33 @@ MAX_M, MAX_D, MAX_CELLS = 2**16, 2**16, 2**24
 _CHUNK = 8192  # users per block of the sampler (the draws depend on it: fixed)
 _C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _S33, _S32, _LO32 = np.uint64(33), np.uint64(32), np.uint64(0xFFFFFFFF)
+_FMIX_BLOCK = 1 << 15  # elements per block of the in-place fmix64 (256 KiB, cache-sized)
 
 
 def fmix64(z: np.ndarray) -> np.ndarray:
     """MurmurHash3's 64-bit finalizer (a bijection of uint64), elementwise."""
-    z = np.asarray(z, dtype=np.uint64).copy()
-    z ^= z >> _S33
-    z *= _C1
-    z ^= z >> _S33
-    z *= _C2
-    z ^= z >> _S33
+    return _fmix64_inplace(np.array(z, dtype=np.uint64))
+
+
+def _fmix64_inplace(z: np.ndarray, shift: Optional[np.uint64] = None) -> np.ndarray:
+    """:func:`fmix64` of a writeable uint64 array, in place, then ``>> shift`` if given;
+    returns z. A C-contiguous z is done in cache-sized blocks with one small scratch."""
+    flat = z.reshape(-1) if z.flags.c_contiguous else None
+    if flat is None or flat.size <= _FMIX_BLOCK:
+        blocks = [z]
+    else:
+        blocks = [flat[i:i + _FMIX_BLOCK] for i in range(0, flat.size, _FMIX_BLOCK)]
+    scratch = np.empty(min(z.size, _FMIX_BLOCK) if flat is not None else z.shape, np.uint64)
+    for block in blocks:
+        tmp = scratch[:block.size] if flat is not None else scratch
+        tmp = tmp.reshape(block.shape)
+        for c in (_C1, _C2, None):
+            np.right_shift(block, _S33, out=tmp)
+            np.bitwise_xor(block, tmp, out=block)
+            if c is not None:
+                np.multiply(block, c, out=block)
+        if shift is not None:
+            np.right_shift(block, shift, out=block)
     return z
 
 
@@ -81,38 +99,40 @@ def sketch_salts(seed: int, d: int, label: bytes = b"item") -> np.ndarray:
 def sketch_buckets(values: np.ndarray, salts: np.ndarray, m: int) -> np.ndarray:
     """``h_j(v) = (fmix64(v ^ salt_j) * m) >> 64`` with broadcasting of ``values`` against
     ``salts`` (int64 result, in ``[0, m)``)."""
-    z = fmix64(np.asarray(values, dtype=np.uint64) ^ np.asarray(salts, dtype=np.uint64))
+    m = int(m)
+    z = np.asarray(np.bitwise_xor(np.asarray(values, dtype=np.uint64),
+                                  np.asarray(salts, dtype=np.uint64)))
+    if m >= 2 and not m & (m - 1):  # m = 2**k: (z * m) >> 64 is the top k bits of z
+        return _fmix64_inplace(z, np.uint64(65 - m.bit_length())).view(np.int64)
+    z = _fmix64_inplace(z)
     mm = np.uint64(m)
     # (z * m) >> 64 exactly for m < 2**32: z = hi * 2**32 + lo
     return (((z >> _S32) * mm + (((z & _LO32) * mm) >> _S32)) >> _S32).astype(np.int64)
 
 
-def _bit_counts(words: np.ndarray) -> np.ndarray:
-    """How many rows of ``words`` ((N, W) uint64) have bit b set, for each b < 64 W (bit
-    b % 64 of word b // 64): bit-sliced pairwise additions (exact integer counts, one bit
-    plane per binary digit) down to at most 64 partial sums, which are then unpacked."""
-    planes = [np.asarray(words, dtype=np.uint64)]
-    while planes[0].shape[0] > 64:
-        if planes[0].shape[0] % 2:
-            planes = [np.concatenate([p, np.zeros((1, p.shape[1]), np.uint64)]) for p in planes]
-        new, carry = [], None
-        for p in planes:
-            a, b = p[0::2], p[1::2]
-            x = a ^ b
-            if carry is None:
-                new.append(x)
-                carry = a & b
-            else:
-                new.append(x ^ carry)
-                carry = (a & b) | (carry & x)
-        new.append(carry)
-        planes = new
-    counts = np.zeros(planes[0].shape[1] * 64, dtype=np.int64)
-    for i, p in enumerate(planes):
-        bits = np.unpackbits(np.ascontiguousarray(p, dtype="<u8").view(np.uint8), axis=1,
-                             bitorder="little")
-        counts += bits.sum(axis=0, dtype=np.int64) << i
-    return counts
+def _bucket_totals(values: np.ndarray, salts: np.ndarray, m: int,
+                   table: np.ndarray) -> np.ndarray:
+    """``sum_j table[j * m + h_j(v)]`` for each value v (int64, exact): the buckets of
+    :func:`sketch_buckets`, computed and gathered in cache-sized blocks of values."""
+    values = np.asarray(values, dtype=np.uint64).reshape(-1)
+    d = salts.size
+    offsets = np.arange(0, d * m, m, dtype=np.int64)
+    total = np.empty(values.size, dtype=np.int64)
+    step = max(1, _FMIX_BLOCK // max(d, 1))
+    for start in range(0, values.size, step):
+        block = values[start:start + step, None]
+        cells = sketch_buckets(block, salts[None, :], m)  # (c, d)
+        cells += offsets
+        np.take(table, cells, mode="clip").sum(axis=1, out=total[start:start + step])
+    return total
+
+
+@functools.lru_cache(maxsize=16)
+def _bit_counter(size: int) -> Any:
+    """The packed-bit column counter of :meth:`Sketch.absorb` for records of ``size`` bytes:
+    OUE's aggregation (its ε is irrelevant to counting), built once per size and kept out of
+    the protocol objects (which stay picklable)."""
+    return _core.OptimizedUnaryEncoding(8 * size, 1.0)
 
 
 def _parity(x: np.ndarray) -> np.ndarray:
@@ -242,17 +262,30 @@ class Sketch:
         d, m = self.d, self.m
         rows = array["row"].astype(np.int64)
         if self.hadamard:
-            idx = rows * m + array["col"]
-            sums[0] += np.bincount(idx, minlength=d * m).reshape(d, m)
-            sums[1] += np.bincount(idx[array["bit"] == 1], minlength=d * m).reshape(d, m)
+            # one count per (row, column, bit): [..., 0] bit 0, [..., 1] bit 1
+            cell = rows * (2 * m) + array["col"].astype(np.int64) * 2 + array["bit"]
+            both = np.bincount(cell, minlength=2 * d * m).reshape(d, m, 2)
+            sums[0] += both[..., 0] + both[..., 1]
+            sums[1] += both[..., 1]
             return
-        sums[:, m] += np.bincount(rows, minlength=d)
-        order = np.argsort(rows, kind="stable")
-        ends = np.cumsum(np.bincount(rows, minlength=d))
-        words = array["bits"]
-        for j in np.flatnonzero(np.diff(np.concatenate([[0], ends]))):
-            mine = words[order[ends[j - 1] if j else 0:ends[j]]]
-            sums[j, :m] += _bit_counts(mine)[:m]
+        sizes = np.bincount(rows, minlength=d)
+        sums[:, m] += sizes
+        # the whole reports (bytes, as stored) grouped by row (a radix argsort of the uint16
+        # rows, one gather of whole records), then each row's column counts by the library's
+        # packed-bit counter: OUE's exact Rust aggregation over the records' bits, most
+        # significant bit of each byte first, so that bucket b (byte b // 8 of the
+        # little-endian words, bit b % 8) is bit 8 * (offset + b // 8) + 7 - b % 8
+        size, offset = array.dtype.itemsize, array.dtype.fields["bits"][1]
+        order = np.argsort(array["row"], kind="stable")
+        records = np.take(array.view(np.dtype((np.void, size))), order)
+        packed = records.view(np.uint8).reshape(records.shape[0], size)
+        counter = _bit_counter(size)
+        counts = np.zeros(8 * size, dtype=np.uint64)
+        ends = np.cumsum(sizes)
+        for j in np.flatnonzero(sizes):
+            counts[:] = 0
+            counter.aggregate(packed[ends[j] - sizes[j]:ends[j]], counts, False)
+            sums[j, :m] += counts.reshape(-1, 8)[offset:, ::-1].reshape(-1)[:m].astype(np.int64)
 
     def check_sums(self, sums: np.ndarray, n: int) -> None:
         if self.hadamard:
@@ -269,8 +302,10 @@ class Sketch:
         sums ``(T_j H)[b]`` (T_j[l] = sum of the ±1 bits of row j, column l; exact)."""
         if not self.hadamard:
             return np.ascontiguousarray(sums[:, :self.m])
-        signed = (2 * sums[1] - sums[0]).astype(np.float64)  # |values| <= n < 2**53: exact
-        return np.stack([fwht(row) for row in signed]).astype(np.int64) if self.d else signed
+        # T_j H by the exact int64 transform (|values| <= n: the same integers as the
+        # float64 transform, which is exact below 2**53)
+        signed = 2 * sums[1] - sums[0]
+        return np.stack([_core.fwht_int(row) for row in signed])
 
     def frequencies(self, total: np.ndarray, n: int) -> Tuple[np.ndarray, np.ndarray]:
         """Estimates and standard errors from ``total = sum_j table[j, h_j(t)]`` of n reports.
@@ -500,10 +535,9 @@ class CountMeanSketchAggregator(SketchAggregator):
         protocol = self.protocol
         if self.n == 0:
             raise ValueError("no reports: add reports before estimating")
-        table = protocol._sketch.support_table(self._sums)
-        b = protocol.buckets(values)  # (k, d)
-        total = table[np.arange(protocol.d)[None, :], b].sum(axis=1)
-        return protocol._sketch.frequencies(total, self.n)
+        table = protocol._sketch.support_table(self._sums).reshape(-1)
+        return protocol._sketch.frequencies(
+            _bucket_totals(values, protocol._salts, protocol.m, table), self.n)
 
     def estimate(self, candidates: Iterable[Any]) -> ItemFrequencies:
         """Frequencies of candidate items, in their order, with standard errors. Each is
@@ -527,15 +561,20 @@ class CountMeanSketchAggregator(SketchAggregator):
                              "unknown strings")
         protocol = self.protocol
         top = protocol.top if top is None else integer(top, "top", minimum=1, maximum=2**20)
-        names = protocol._name_items(candidates)
-        if not names:
+        values = _item_list(candidates)
+        if not values:
             raise ValueError("candidates is empty")
-        hashed = np.array(list(names), dtype=np.uint64)
+        hashed = protocol.hash(values)
+        if np.unique(hashed).size == hashed.size:  # distinct hashes: the items are named
+            named = values
+        else:  # repeated items or colliding hashes: one per hash, or the collision error
+            names = protocol._name_items(values)
+            hashed = np.array(list(names), dtype=np.uint64)
+            named = list(names.values())
         est, se = self._estimate_values(hashed)
         order = np.lexsort((hashed, -est))[:top]
-        hashed = hashed[order]
-        return ItemFrequencies(hashed, est[order], se[order],
-                               [names[int(h)] for h in hashed], self.n)
+        return ItemFrequencies(hashed[order], est[order], se[order],
+                               [named[i] for i in order.tolist()], self.n)
 
 
 CountMeanSketch.aggregator_class = CountMeanSketchAggregator

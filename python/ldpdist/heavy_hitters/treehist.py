@@ -26,20 +26,25 @@ KEY_PERSONALIZATION = b"ldpdist.hh.th1"
 _CG_ITERATIONS = 200  # conjugate-gradient steps at most (about 10 to 20 are needed)
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_S27, _S30, _S31, _S32 = (np.uint64(k) for k in (27, 30, 31, 32))
+_HASH_BLOCK = 1 << 15  # elements per in-place block of level_hash (fits the L2 cache)
 
 
 def level_keys(seed: int, levels: int, hashes: int) -> np.ndarray:
     """The keys ``K[j, r]`` (uint64, shape (levels, hashes)) of the level hashes:
     ``int.from_bytes(BLAKE2b(j.to_bytes(1, "little") + r.to_bytes(4, "little"),
     digest_size=8, key=seed.to_bytes(32, "little"), person=b"ldpdist.hh.th1"), "little")``."""
-    key = seed.to_bytes(32, "little")
+    keyed = hashlib.blake2b(digest_size=8, key=seed.to_bytes(32, "little"),
+                            person=KEY_PERSONALIZATION)  # copied per message: keyed once
     out = np.empty((levels, hashes), dtype=np.uint64)
     for j in range(levels):
-        row = [int.from_bytes(hashlib.blake2b(j.to_bytes(1, "little") + r.to_bytes(4, "little"),
-                                              digest_size=8, key=key,
-                                              person=KEY_PERSONALIZATION).digest(), "little")
-               for r in range(hashes)]
-        out[j] = np.array(row, dtype=np.uint64)
+        level = j.to_bytes(1, "little")
+        digests = []
+        for r in range(hashes):
+            h = keyed.copy()
+            h.update(level + r.to_bytes(4, "little"))
+            digests.append(h.digest())
+        out[j] = np.frombuffer(b"".join(digests), dtype="<u8")
     return out
 
 
@@ -48,11 +53,32 @@ def level_hash(x: np.ndarray, keys: np.ndarray, g: int) -> np.ndarray:
     z = x + key (mod 2**64); z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) *
     0x94D049BB133111EB; z = z ^ z >> 31 (SplitMix64's finalizer, all mod 2**64); bucket =
     ((z >> 32) * g) >> 32."""
-    z = np.asarray(x, dtype=np.uint64) + np.asarray(keys, dtype=np.uint64)
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    z ^= z >> np.uint64(31)
-    return ((z >> np.uint64(32)) * np.uint64(g)) >> np.uint64(32)
+    z = np.add(np.asarray(x, dtype=np.uint64), np.asarray(keys, dtype=np.uint64))
+    if not isinstance(z, np.ndarray) or z.ndim == 0:  # one value: numpy scalars
+        z = np.uint64(z)
+        z = (z ^ (z >> _S30)) * _M1
+        z = (z ^ (z >> _S27)) * _M2
+        z ^= z >> _S31
+        return ((z >> _S32) * np.uint64(g)) >> _S32
+    flat = z.reshape(-1)  # z is a fresh C-contiguous array: a view
+    step = max(1, min(flat.size, _HASH_BLOCK))
+    tmp = np.empty(step, dtype=np.uint64)
+    g64 = np.uint64(g)
+    for start in range(0, flat.size, step):  # in place, by cache-sized blocks
+        b = flat[start:start + step]
+        t = tmp[:b.size]
+        np.right_shift(b, _S30, out=t)
+        b ^= t
+        b *= _M1
+        np.right_shift(b, _S27, out=t)
+        b ^= t
+        b *= _M2
+        np.right_shift(b, _S31, out=t)
+        b ^= t
+        b >>= _S32
+        b *= g64
+        b >>= _S32
+    return z
 
 
 @register_protocol
@@ -272,9 +298,9 @@ class TreeHistAggregator(SketchAggregator):
             estimates, errors, n_out = self._frequencies(group, unique, sums)
             return estimates[inverse], errors[inverse], n_out
         # flat[r, x] = r * g + h_{j,r}(x): the sum S[j, r, .] that supports x under hash r
-        flat = th.buckets(candidates, group).astype(np.int64)
+        flat = th.buckets(candidates, group).view(np.int64)  # fresh, entries < g <= 256
         flat += (np.arange(R, dtype=np.int64) * g)[:, None]
-        counts = level.reshape(-1)[flat].sum(axis=0)
+        counts = level.reshape(-1).take(flat).sum(axis=0)
         gap = th.p - th.q
         share = counts / n
         raw = (share - th.q) / gap
@@ -349,11 +375,12 @@ def _collision_operator(flat: np.ndarray, R: int, g: int):
     ``r * g + h_r(x)``): ``D[x, x'] = (g * pi(x, x') - 1) / (g - 1)``, ``pi(x, x')`` the
     fraction of the R hash functions under which x and x' share a bucket (D[x, x] = 1)."""
     index = flat.reshape(-1)
+    weights = np.empty(flat.shape)  # v repeated per hash index, reused by every call
 
     def apply(v: np.ndarray) -> np.ndarray:
-        buckets = np.bincount(index, weights=np.broadcast_to(v, flat.shape).reshape(-1),
-                              minlength=R * g)
-        shared = buckets[flat].sum(axis=0) / R  # (pi v)(x)
+        np.copyto(weights, v)
+        buckets = np.bincount(index, weights=weights.reshape(-1), minlength=R * g)
+        shared = buckets.take(flat).sum(axis=0) / R  # (pi v)(x)
         return (g * shared - v.sum()) / (g - 1)
 
     return apply
