@@ -30,8 +30,8 @@ import numpy as np
 
 from .. import kernels
 from .._validation import integer
-from ..errors import IntegrityError, SpecMismatchError
-from ..heavy_hitters.protocol import SketchAggregator, aggregator_from_bytes
+from ..errors import IntegrityError
+from ..heavy_hitters.protocol import SketchAggregator
 from ..specs import canonical_json
 from .base import LongitudinalMechanism
 
@@ -107,18 +107,6 @@ class LongitudinalAggregator(SketchAggregator):
     def identify(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a longitudinal aggregator estimates a distribution over [0, k): "
                         "use estimate()")
-
-    @classmethod
-    def from_bytes(cls, data: bytes, expect: Optional[LongitudinalMechanism] = None
-                   ) -> "LongitudinalAggregator":
-        """The aggregator of :meth:`to_bytes`; a corrupt state raises
-        :class:`~ldpdist.IntegrityError`, one of another spec than ``expect``
-        :class:`~ldpdist.SpecMismatchError`."""
-        aggregator = aggregator_from_bytes(data, expect)
-        if not isinstance(aggregator, cls):
-            raise SpecMismatchError(f"the state holds a {type(aggregator).__name__}, not a "
-                                    f"{cls.__name__}")
-        return aggregator
 
     @classmethod
     def _from_sums(cls, mechanism: LongitudinalMechanism, sums: np.ndarray, n: int,
