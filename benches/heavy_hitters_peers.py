@@ -63,12 +63,7 @@ def run_ours(entry: hh.Entry, epsilon: float, top: int, words: List[str], users:
     reports = hh.privatize_hashed(protocol, values, seed,
                                   items=lambda: [words[i] for i in users.tolist()])
     privatized = time.perf_counter()
-    aggregator = protocol.aggregator()
-    aggregator.add(reports)
-    if entry.candidates:
-        result = aggregator.identify(top=top, candidates=words)
-    else:
-        result = aggregator.identify(top=top)
+    result = hh.serve(entry, protocol, reports, top, words)
     end = time.perf_counter()
     frequencies = dict(zip(hashed.tolist(), (counts / users.size).tolist()))
     row = hh.scores(np.asarray(result.hashes).tolist(), np.asarray(result.estimates).tolist(),

@@ -232,6 +232,16 @@ def scores(found: Sequence[int], estimates: Sequence[float], truth: Sequence[int
     return {"precision": precision, "recall": recall, "f1": f1, "l1": l1}
 
 
+def serve(entry: Entry, protocol: Any, reports: Any, top: int, words: List[str]) -> Any:
+    """The server's work on one batch: aggregate, then identify the top values (with the
+    vocabulary as the dictionary for the protocols that need candidates)."""
+    aggregator = protocol.aggregator()
+    aggregator.add(reports)
+    if entry.candidates:
+        return aggregator.identify(top=top, candidates=words)
+    return aggregator.identify(top=top)
+
+
 def run_protocol(entry: Entry, epsilon: float, top: int, words: List[str], users: np.ndarray,
                  counts: np.ndarray, seed: int, hash_seed: int = 0) -> Dict[str, Any]:
     """One protocol at one ε on one population (``users``: vocabulary indices, ``counts``
@@ -245,12 +255,7 @@ def run_protocol(entry: Entry, epsilon: float, top: int, words: List[str], users
     reports = privatize_hashed(protocol, hashed[users], seed,
                                items=lambda: [words[i] for i in users.tolist()])
     start = time.perf_counter()
-    aggregator = protocol.aggregator()
-    aggregator.add(reports)
-    if entry.candidates:
-        result = aggregator.identify(top=top, candidates=words)
-    else:
-        result = aggregator.identify(top=top)
+    result = serve(entry, protocol, reports, top, words)
     seconds = time.perf_counter() - start
     found = np.asarray(result.hashes, dtype=np.uint64)
     sorted_hashes = hashed[order]
