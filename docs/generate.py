@@ -735,8 +735,9 @@ def accounting(ctx: Context) -> None:
                f"collections of k-ary randomized response (k = {ACCOUNTING_K}, the realized "
                f"ε₀ of its channel) at the campaign's δ = {_accounting_delta()}, the smallest "
                f"of basic, advanced and mixed composition (the last column: which); "
-               f"shuffled: each day's central ε by the numerical bound of Feldman, McMillan "
-               f"and Talwar (FOCS 2021), at δ/(2d) per day")
+               f"shuffled: each day's central ε, the smaller of the numerical bound of "
+               f"Feldman, McMillan and Talwar (FOCS 2021) and the bound from the mechanism's "
+               f"own channel (see Amplification by shuffling), at δ/(2d) per day")
     write_fragment(ctx, "accounting", table, caption)
     if not ctx.figures:
         return

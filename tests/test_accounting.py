@@ -9,7 +9,8 @@ import pytest
 
 import ldpdist
 from ldpdist import cli
-from ldpdist.privacy import Campaign, CampaignReport, shuffle_epsilon
+from ldpdist.privacy import (Campaign, CampaignReport, shuffle_epsilon,
+                             shuffle_epsilon_for_channel)
 
 
 class Stub:
@@ -208,9 +209,15 @@ def test_cli_json(spec, capsys):
     assert local["advanced_epsilon"] == pytest.approx(
         by_hand([(mech.realized_epsilon, 365)], 1e-9), rel=1e-12)
     assert local["method"] == "advanced"
-    central = shuffle_epsilon(mech.realized_epsilon, 10**5, 1e-9 / 730)
-    assert shuffled["collections"][0]["epsilon"] == central
+    # k-RR has a channel-specific bound below the generic one: it is counted, both are given
+    generic = shuffle_epsilon(mech.realized_epsilon, 10**5, 1e-9 / 730)
+    channel = shuffle_epsilon_for_channel(mech, 10**5, 1e-9 / 730)
+    row = shuffled["collections"][0]
+    assert (row["generic_epsilon"], row["channel_epsilon"]) == (generic, channel)
+    assert channel < generic
+    assert (row["epsilon"], row["shuffle_bound"]) == (channel, "channel")
     assert shuffled["epsilon"] < local["epsilon"]
+    assert local["collections"][0]["shuffle_bound"] == ""
 
 
 def test_cli_text_and_memoized(spec, capsys):
@@ -258,3 +265,60 @@ def test_longitudinal_mechanisms_are_read(tmp_path, capsys):
     assert cli.main(["privacy", "--spec", str(path), "--collections", "365", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["memoized"] is True and data["local"]["epsilon"] == mech.epsilon_infinity
+
+
+# -- shuffled collections: the best valid amplification bound ---------------------------------
+
+def test_shuffled_mechanism_counts_its_channel_bound_when_smaller():
+    # k-RR: clone probability 2/(e^ε₀ + 1) > e^−ε₀, so its own bound is below the generic one
+    delta, n = 1e-9, 10**5
+    mech = ldpdist.RandomizedResponse(16, 1.0)
+    report = Campaign(delta=delta).collect(mech, times=30, shuffled_among=n).report()
+    share = delta / (2 * 30)
+    row = report.collections[0]
+    generic = shuffle_epsilon(mech.realized_epsilon, n, share)
+    channel = shuffle_epsilon_for_channel(mech, n, share)
+    assert channel < 0.9 * generic  # a real gain, not rounding
+    assert (row.generic_epsilon, row.channel_epsilon) == (generic, channel)
+    assert (row.epsilon, row.shuffle_bound) == (channel, "channel")
+    assert report.basic_epsilon == pytest.approx(30 * channel, rel=1e-12)
+    assert "channel-specific bound" in row.note and f"{generic:.6g}" in row.note
+    assert report.to_dict()["collections"][0]["shuffle_bound"] == "channel"
+
+
+def test_shuffled_mechanism_without_gain_counts_the_generic_bound():
+    # unary encoding with k ≥ 3: clone probability e^−ε₀, the same as the generic analysis
+    delta, n = 1e-9, 10**5
+    mech = ldpdist.OptimizedUnaryEncoding(16, 1.0)
+    row = Campaign(delta=delta).collect(mech, times=2, shuffled_among=n).report().collections[0]
+    generic = shuffle_epsilon(mech.realized_epsilon, n, delta / 4)
+    assert row.generic_epsilon == generic and row.channel_epsilon is not None
+    assert row.channel_epsilon == pytest.approx(generic, rel=1e-3)
+    assert row.epsilon == min(generic, row.channel_epsilon)
+    assert row.shuffle_bound == ("channel" if row.channel_epsilon < generic else "generic")
+
+
+@pytest.mark.parametrize("source", [1.0, Stub(epsilon=1.0, realized_epsilon=1.0)])
+def test_shuffled_without_clone_parameters_counts_the_generic_bound(source):
+    # a bare ε, or a mechanism without closed-form clone parameters: the generic bound only
+    row = (Campaign(delta=1e-9).collect(source, times=3, shuffled_among=10**5)
+           .report().collections[0])
+    assert row.channel_epsilon is None and row.shuffle_bound == "generic"
+    assert row.epsilon == row.generic_epsilon == shuffle_epsilon(1.0, 10**5, 1e-9 / 6)
+    assert "no closed-form channel-specific bound" in row.note
+
+
+def test_rows_that_are_not_shuffled_have_no_shuffle_bound():
+    mech = ldpdist.RandomizedResponse(4, 1.0)
+    report = (Campaign().collect(mech, times=3)
+              .collect(mech, times=3, memoized=True, shuffled_among=10**5).report())
+    for row in report.collections:
+        assert (row.shuffle_bound, row.generic_epsilon, row.channel_epsilon) == ("", None, None)
+
+
+def test_cli_text_names_the_bound_counted(spec, capsys):
+    path, mech = spec
+    assert cli.main(["privacy", "--spec", path, "--collections", "10", "--users", "1e5"]) == 0
+    out = capsys.readouterr().out
+    channel = shuffle_epsilon_for_channel(mech, 10**5, 1e-9 / 20)
+    assert f"the channel-specific bound {channel:.6g}" in out and "is counted" in out

@@ -21,9 +21,14 @@ What a collection costs (ε in nats, δ a probability):
   the number given. A single memoized collection costs ``epsilon_1`` when the mechanism
   states it (never more than ε_∞).
 * **shuffled** reports (``shuffled_among=n``, fresh reports only): each collection passes
-  the reports of ``n`` users through a shuffler; it costs the central (ε_c, δ_c) of
-  :func:`~ldpdist.privacy.shuffle_epsilon` at the report's realized ε₀ (Feldman, McMillan,
-  Talwar, "Hiding Among the Clones", FOCS 2021; the numerical upper bound). Memoized
+  the reports of ``n`` users through a shuffler; it costs a central (ε_c, δ_c) from the
+  clone analysis of Feldman, McMillan, Talwar ("Hiding Among the Clones", FOCS 2021; the
+  numerical upper bound), the smaller of two valid bounds: the generic one,
+  :func:`~ldpdist.privacy.shuffle_epsilon` at the report's realized ε₀, and, when the
+  mechanism has closed-form clone parameters
+  (:func:`~ldpdist.privacy.clone_parameters_for`), the channel-specific one,
+  :func:`~ldpdist.privacy.shuffle_epsilon_for_channel`. The row states both and which is
+  counted (``shuffle_bound``). A bare ε (no mechanism) gets the generic bound. Memoized
   reports get no amplification (the analysis needs one fresh, independent report per user
   in each shuffle): a memoized collection with ``shuffled_among`` costs ε_∞ once, as above.
 
@@ -57,7 +62,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from ._validation import integer, real, shown
-from .amplification import shuffle_epsilon
+from .amplification import (_bisect, _ChannelDivergence, clone_parameters_for,
+                            shuffle_epsilon)
 
 __all__ = ["Campaign", "CampaignReport", "CollectionCost"]
 
@@ -158,6 +164,15 @@ class CollectionCost:
         One sentence on how it is counted.
     composition : {"basic", "advanced"}
         The rule this row is composed under in the campaign's best total.
+    shuffle_bound : {"", "generic", "channel"}
+        Shuffled rows: which amplification bound gives ``epsilon`` — ``"channel"`` (the
+        mechanism's own clone parameters) when it is smaller than the generic one, else
+        ``"generic"``; ``""`` for rows that are not shuffled.
+    generic_epsilon : float or None
+        Shuffled rows: the generic bound (any ε₀-LDP randomizer at ``local_epsilon``).
+    channel_epsilon : float or None
+        Shuffled rows: the channel-specific bound, or None when the mechanism has no
+        closed-form clone parameters (or a bare ε was collected).
     """
 
     label: str
@@ -171,6 +186,9 @@ class CollectionCost:
     counted: int
     note: str
     composition: str = "basic"
+    shuffle_bound: str = ""
+    generic_epsilon: Optional[float] = None
+    channel_epsilon: Optional[float] = None
 
     @property
     def total_epsilon(self) -> float:
@@ -272,6 +290,27 @@ class _Entry:
     times: int
     memoized: bool
     users: Optional[int]
+    #: closed-form clone parameters ((ε₀, p), ...) of the mechanism, or None (shuffled
+    #: fresh rows only; see _clone_parameters)
+    clone: Optional[Tuple[Tuple[float, float], ...]] = None
+
+
+def _clone_parameters(source: Any, local_epsilon: float
+                      ) -> Optional[Tuple[Tuple[float, float], ...]]:
+    """The mechanism's clone parameters in closed form (any domain size), or None when it
+    has none here (a bare ε, a mechanism clone_parameters_for does not cover) or when they
+    do not describe the ε counted (their ε₀ above the local ε: never for the covered
+    mechanisms, whose ε₀ is their realized ε; checked so that the ledger can only use a
+    bound for the channel it counts)."""
+    if isinstance(source, numbers.Real):
+        return None
+    try:
+        parameters = clone_parameters_for(source)
+    except ValueError:
+        return None
+    if not parameters or any(e0 > local_epsilon * (1 + 1e-12) for e0, _ in parameters):
+        return None
+    return tuple((float(e0), float(p)) for e0, p in parameters)
 
 
 def _advanced(rows: List["CollectionCost"], slack: float) -> float:
@@ -285,6 +324,11 @@ def _advanced(rows: List["CollectionCost"], slack: float) -> float:
 #: Up to this many collect() calls every split between basic and advanced composition is
 #: tried; above it, only "all basic", "all advanced" and "advanced for the rows of ε < ln 2".
 _EXHAUSTIVE = 12
+
+
+def _clones(clone: Tuple[Tuple[float, float], ...]) -> str:
+    """The clone probabilities p of the parameters, with e^−ε₀ for comparison."""
+    return ", ".join(f"p = {p:.4g} vs e^−ε₀ = {math.exp(-e0):.4g}" for e0, p in clone)
 
 
 def _subsets(rows: List["CollectionCost"]) -> List[frozenset]:
@@ -363,7 +407,10 @@ class Campaign:
         shuffled_among : int, optional
             Each collection's reports are shuffled among this many users (≥ 2) before the
             server sees them: each fresh collection costs the central (ε, δ) of
-            :func:`~ldpdist.privacy.shuffle_epsilon`.
+            :func:`~ldpdist.privacy.shuffle_epsilon`, or of
+            :func:`~ldpdist.privacy.shuffle_epsilon_for_channel` when the mechanism has
+            closed-form clone parameters and that bound is smaller (the report's row says
+            which, and gives both).
         label : str, default ""
             A name for this row of the report.
 
@@ -391,13 +438,27 @@ class Campaign:
         if not label:
             label = (f"ε = {epsilon:.6g}" if source == "given"
                      else type(mechanism_or_epsilon).__name__)
-        self._entries.append(_Entry(label, epsilon, source, times, bool(memoized), users))
+        clone = (_clone_parameters(mechanism_or_epsilon, epsilon)
+                 if users is not None and not memoized else None)
+        self._entries.append(_Entry(label, epsilon, source, times, bool(memoized), users,
+                                    clone))
         return self
 
     def _shuffled(self, epsilon0: float, n: int, delta: float) -> float:
         key = (epsilon0, n, delta)
         if key not in self._cache:
             self._cache[key] = shuffle_epsilon(epsilon0, n, delta)
+        return self._cache[key]
+
+    def _shuffled_channel(self, clone: Tuple[Tuple[float, float], ...], n: int,
+                          delta: float) -> float:
+        """:func:`shuffle_epsilon_for_channel` (upper bound, default tolerance) from the
+        clone parameters stored at ``collect`` time."""
+        key = ("channel", clone, n, delta)
+        if key not in self._cache:
+            top = max(e0 for e0, _ in clone)
+            self._cache[key] = min(top, _bisect(_ChannelDivergence(list(clone), n), top,
+                                                delta, "upper", 1e-4))
         return self._cache[key]
 
     def report(self) -> CampaignReport:
@@ -423,12 +484,32 @@ class Campaign:
                                            e.local_epsilon, e.users, e.local_epsilon, 0.0, 1,
                                            note))
             elif e.users is not None:
-                central = self._shuffled(e.local_epsilon, e.users, delta_c)
+                generic = self._shuffled(e.local_epsilon, e.users, delta_c)
+                channel = (None if e.clone is None
+                           else self._shuffled_channel(e.clone, e.users, delta_c))
                 note = (f"shuffled among {e.users} users: central ε of each collection at "
-                        f"δ = {delta_c:.3g} (Feldman–McMillan–Talwar numerical bound)")
+                        f"δ = {delta_c:.3g} (Feldman–McMillan–Talwar clone analysis, "
+                        "numerical upper bound): ")
+                if channel is not None and channel < generic:
+                    bound, central = "channel", channel
+                    note += (f"the channel-specific bound {channel:.6g} (clone probability "
+                             f"{_clones(e.clone)}) is counted; the generic bound at ε₀ = "
+                             f"{e.local_epsilon:.6g} gives {generic:.6g}")
+                elif channel is not None:
+                    bound, central = "generic", generic
+                    note += (f"the generic bound {generic:.6g} is counted; the "
+                             f"channel-specific bound (clone probability {_clones(e.clone)}) "
+                             f"gives {channel:.6g}, no gain for this mechanism")
+                else:
+                    bound, central = "generic", generic
+                    note += (f"the generic bound {generic:.6g} is counted (no closed-form "
+                             "channel-specific bound for "
+                             f"{'a bare ε' if e.source == 'given' else 'this mechanism'})")
                 rows.append(CollectionCost(e.label, "shuffled", e.times, e.source,
                                            e.local_epsilon, e.users, central, delta_c,
-                                           e.times, note))
+                                           e.times, note, shuffle_bound=bound,
+                                           generic_epsilon=generic,
+                                           channel_epsilon=channel))
             else:
                 rows.append(CollectionCost(e.label, "fresh", e.times, e.source,
                                            e.local_epsilon, None, e.local_epsilon, 0.0,
