@@ -230,12 +230,13 @@ def test_state_with_impossible_sums_is_refused():
     m = len(b"LDPDIST-HH-STATE\n")
     (size,) = struct.unpack("<Q", state[m:m + 8])
     header = json.loads(state[m + 8:m + 8 + size])
-    sums = np.frombuffer(state[m + 8 + size:], dtype="<i8").copy().reshape(2, 9)
+    sums = np.frombuffer(state[m + 8 + size:-32], dtype="<i8").copy().reshape(2, 9)
     sums[0, 0] = sums[0, 8] + 1
     payload = sums.tobytes()
     header["sha256"] = hashlib.sha256(payload).hexdigest()
     head = ldpdist.specs.canonical_json(header).encode("ascii")
-    forged = state[:m] + struct.pack("<Q", len(head)) + head + payload
+    body = state[:m] + struct.pack("<Q", len(head)) + head + payload
+    forged = body + hashlib.sha256(body).digest()
     with pytest.raises(ldpdist.IntegrityError, match="sums"):
         CountMeanSketchAggregator.from_bytes(forged)
 

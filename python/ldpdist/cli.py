@@ -19,6 +19,7 @@ from .errors import CliError
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__, accounting, deploy, experiments, planner
     from .heavy_hitters import cli as heavy_hitters
+    from .longitudinal import cli as longitudinal
 
     parser = argparse.ArgumentParser(
         prog="ldpdist",
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     planner.register(commands)
     accounting.register(commands)
     heavy_hitters.register(commands)
+    longitudinal.register(commands)
     return parser
 
 

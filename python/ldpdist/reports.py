@@ -16,7 +16,9 @@ bytes     content
           :mod:`ldpdist.specs`), ``dtype`` (numpy type string: ``|u1``, ``<u2``, ``<u4``,
           ``<u8``), ``shape`` (``[n]`` for index reports, ``[n, width]`` for packed bit
           rows), ``nonce`` (32 lowercase hex digits from the OS at write time) and
-          ``payload_sha256`` (hex SHA-256 of the payload bytes)
+          ``payload_sha256`` (hex SHA-256 of the payload bytes); optionally
+          ``collection`` (an integer >= 0: the collection of a campaign the reports
+          belong to, for the memoized mechanisms of :mod:`ldpdist.longitudinal`)
 12+H…     header checksum: the SHA-256 (32 raw bytes) of bytes 0 to 12+H−1 (magic, length
           and header)
 …         zero bytes up to the next multiple of 64
@@ -93,6 +95,10 @@ _DTYPES = {"|u1": np.uint8, "<u2": np.dtype("<u2"), "<u4": np.dtype("<u4"),
            "<u8": np.dtype("<u8")}
 _HEADER_KEYS = {"format", "version", "mechanism", "spec", "fingerprint", "dtype", "shape",
                 "nonce", "payload_sha256"}
+# Optional: ``collection`` (int >= 0), which collection of a campaign of repeated
+# collections the reports belong to (written for the memoized mechanisms of
+# ldpdist.longitudinal when given; their aggregator refuses to mix collections).
+_OPTIONAL_KEYS = {"collection"}
 _HASH_BLOCK = 1 << 24
 
 
@@ -113,6 +119,7 @@ def _little_endian(array: np.ndarray) -> np.ndarray:
 
 
 def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
+                   collection: Optional[int] = None,
                    _where: str = "encode_reports") -> "tuple[bytes, ReportBatch]":
     """The file bytes of ``reports`` made by ``mechanism``, and the batch they hold.
 
@@ -120,8 +127,11 @@ def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
     ``privatize``, or an array declared with ``mechanism.as_reports``): a plain array raises
     ``TypeError`` and reports of another spec :class:`SpecMismatchError` (see
     :func:`check_reports`). Their dtype and shape are checked, not their values: the server
-    validates every report when it aggregates.
+    validates every report when it aggregates. ``collection`` (an int >= 0, optional) records
+    which collection of a campaign the reports belong to (header field ``collection``).
     """
+    if collection is not None:
+        collection = _checked_collection(collection, _where, ValueError)
     array = check_reports(mechanism, reports, _where).view(np.ndarray)
     if mechanism.report_kind == "bits":
         width = -(-mechanism.output_size // 8)
@@ -149,9 +159,11 @@ def encode_reports(mechanism: Any, reports: Any, nonce: Optional[str] = None, *,
         "nonce": _new_nonce() if nonce is None else _checked_nonce(nonce, _where),
         "payload_sha256": _hash_array(array),
     }
+    if collection is not None:
+        header["collection"] = collection
     prefix, header_bytes = _prefix(header)
     batch = ReportBatch(array, spec, header["fingerprint"],
-                        hashlib.sha256(header_bytes).hexdigest())
+                        hashlib.sha256(header_bytes).hexdigest(), collection=collection)
     return prefix + array.tobytes(), batch
 
 
@@ -165,6 +177,13 @@ def _records_dtype(protocol: Any) -> str:
     """The header's ``dtype`` of a heavy-hitter protocol's records: ``|V<bytes per
     report>``; the fields are the protocol's (little-endian), known from its spec."""
     return f"|V{protocol.report_dtype.itemsize}"
+
+
+def _checked_collection(value: Any, where: str, error: type) -> int:
+    if type(value) is not int or not 0 <= value < 2**63:
+        raise error(f"{where}: the collection must be an integer in [0, 2^63), got "
+                    f"{value!r:.80}")
+    return value
 
 
 def _new_nonce() -> str:
@@ -219,7 +238,7 @@ def _parse_header(data: bytes, size: int, where: str) -> "tuple[Dict[str, Any], 
     if not isinstance(header, dict):
         raise IntegrityError(f"{where}: the header is not a JSON object")
     try:
-        checked_fields(header, "the header", sorted(_HEADER_KEYS))
+        checked_fields(header, "the header", sorted(_HEADER_KEYS), sorted(_OPTIONAL_KEYS))
     except ValueError as exc:
         raise IntegrityError(f"{where}: {exc}") from None
     if (header["format"] != FORMAT_NAME or type(header["version"]) is not int
@@ -233,6 +252,8 @@ def _parse_header(data: bytes, size: int, where: str) -> "tuple[Dict[str, Any], 
         _checked_nonce(header["nonce"], where)
     except ValueError as exc:
         raise IntegrityError(str(exc)) from None
+    if "collection" in header:
+        _checked_collection(header["collection"], where, IntegrityError)
     return header, header_bytes, offset
 
 
@@ -289,7 +310,8 @@ def decode_reports(data: Union[bytes, bytearray, memoryview], expect: Any = None
     if _hash_array(array) != header["payload_sha256"]:
         raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
     return ReportBatch(array, spec, header["fingerprint"],
-                       hashlib.sha256(header_bytes).hexdigest())
+                       hashlib.sha256(header_bytes).hexdigest(),
+                       collection=header.get("collection"))
 
 
 @dataclass(frozen=True)
@@ -309,6 +331,8 @@ class ReportsFileLayout:
         Byte offset of the payload in the file.
     payload_sha256 : str
         Hex SHA-256 the payload must have.
+    collection : int or None
+        The header's optional ``collection`` (see :func:`encode_reports`).
     """
 
     spec: Dict[str, Any]
@@ -319,6 +343,7 @@ class ReportsFileLayout:
     shape: Tuple[int, ...]
     offset: int
     payload_sha256: str
+    collection: Optional[int] = None
 
     @property
     def row_bytes(self) -> int:
@@ -345,7 +370,8 @@ def read_reports_layout(path: Union[str, "os.PathLike[str]"],
                                         expect)
     return ReportsFileLayout(spec, header["fingerprint"],
                              hashlib.sha256(header_bytes).hexdigest(), os.path.basename(path),
-                             dtype, shape, offset, header["payload_sha256"])
+                             dtype, shape, offset, header["payload_sha256"],
+                             header.get("collection"))
 
 
 def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> ReportBatch:
@@ -361,7 +387,8 @@ def read_reports(path: Union[str, "os.PathLike[str]"], expect: Any = None) -> Re
         array = np.memmap(path, dtype=dtype, mode="r", offset=layout.offset, shape=shape)
     if _hash_array(array) != layout.payload_sha256:
         raise IntegrityError(f"{where}: the payload does not match its checksum (corrupt)")
-    return ReportBatch(array, layout.spec, layout.fingerprint, layout.batch_id, layout.label)
+    return ReportBatch(array, layout.spec, layout.fingerprint, layout.batch_id, layout.label,
+                       layout.collection)
 
 
 def read_chunks(handle: Any, nbytes: int, buffer: bytearray, where: str,
@@ -397,20 +424,22 @@ def read_chunks(handle: Any, nbytes: int, buffer: bytearray, where: str,
 
 
 def write_reports(path: Union[str, "os.PathLike[str]"], mechanism: Any,
-                  reports: Any) -> ReportBatch:
+                  reports: Any, *, collection: Optional[int] = None) -> ReportBatch:
     """Write ``reports`` of ``mechanism`` to ``path`` (atomically: a temporary file in the
     same folder, renamed); returns the batch written.
 
     ``reports`` are :class:`Reports` of ``mechanism``'s spec (``mechanism.privatize``
     output, or declared with ``mechanism.as_reports``): the file stamps that spec on them,
     so a plain array is refused (``TypeError``) and reports of another spec raise
-    :class:`SpecMismatchError`."""
+    :class:`SpecMismatchError`. ``collection`` (optional) records which collection of a
+    campaign they belong to (the header's ``collection`` field)."""
     from .files import write_atomic
 
-    data, batch = encode_reports(mechanism, reports, _where="write_reports")
+    data, batch = encode_reports(mechanism, reports, collection=collection,
+                                 _where="write_reports")
     write_atomic(path, data)
     return ReportBatch(batch.reports, batch.spec, batch.fingerprint, batch.batch_id,
-                       os.path.basename(path))
+                       os.path.basename(path), batch.collection)
 
 
 def write_reports_chunks(path: Union[str, "os.PathLike[str]"], mechanism: Any,

@@ -382,6 +382,9 @@ class ReportBatch:
     label : str
         Where it came from (the file name for :func:`read_reports`), for messages; an
         aggregator records it beside the batch id.
+    collection : int or None
+        Which collection of a campaign the reports belong to, when the file records it
+        (reports of the memoized mechanisms of :mod:`ldpdist.longitudinal`).
     """
 
     reports: "Reports"
@@ -389,6 +392,7 @@ class ReportBatch:
     fingerprint: str
     batch_id: str
     label: str = ""
+    collection: Optional[int] = None
 
     def __post_init__(self) -> None:
         reports = self.reports

@@ -34,7 +34,9 @@ __all__ = ["HeavyHitterProtocol", "HeavyHitterAggregator", "KeptReportsAggregato
            "aggregator_from_bytes"]
 
 _STATE_MAGIC = b"LDPDIST-HH-STATE\n"
-_STATE_FORMAT = 2  # 1 was PEM's own state (no batch ids), never released
+# 1 was PEM's own state (no batch ids) and 2 had no checksum over its header, neither released
+_STATE_FORMAT = 3
+_DIGEST = 32  # the trailing SHA-256 of every byte before it
 _HEADER_FIELDS = {"state_format", "spec", "fingerprint", "n", "dropped", "batches", "payload",
                   "sha256"}
 #: Longest batch id and label a state keeps (as the mechanisms' aggregators).
@@ -496,7 +498,9 @@ class HeavyHitterAggregator:
     def to_bytes(self) -> bytes:
         """The state: a magic line, a canonical-JSON header (state format, spec,
         fingerprint, n, batch ids, payload kind, SHA-256 of the payload) of 8-byte
-        little-endian length, and the payload (little-endian)."""
+        little-endian length, the payload (little-endian), and the SHA-256 (32 raw bytes) of
+        everything before it, so that no byte of the header (n, the batch ids) can change
+        unnoticed."""
         with self._lock:
             data = self._payload()
             header = {"state_format": _STATE_FORMAT, "spec": self.protocol.to_dict(),
@@ -504,8 +508,10 @@ class HeavyHitterAggregator:
                       "dropped": self._dropped,
                       "batches": sorted([k, v] for k, v in self._batches.items()),
                       "payload": self._payload_kind, "sha256": hashlib.sha256(data).hexdigest()}
+            header.update(self._header_extra())
         head = canonical_json(header).encode("ascii")
-        return _STATE_MAGIC + struct.pack("<Q", len(head)) + head + data
+        body = _STATE_MAGIC + struct.pack("<Q", len(head)) + head + data
+        return body + hashlib.sha256(body).digest()
 
     @classmethod
     def from_bytes(cls, data: bytes, expect: Optional[HeavyHitterProtocol] = None
@@ -521,6 +527,16 @@ class HeavyHitterAggregator:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return aggregator_from_bytes, (self.to_bytes(),)
+
+    #: Optional state-header fields of a subclass (:meth:`_header_extra`, :meth:`_load_extra`).
+    _extra_fields: ClassVar[frozenset] = frozenset()
+
+    def _header_extra(self) -> Dict[str, Any]:
+        """Extra state-header fields (subclasses; among ``_extra_fields``)."""
+        return {}
+
+    def _load_extra(self, header: Dict[str, Any]) -> None:
+        """Read the extra fields back (``IntegrityError`` when invalid)."""
 
     # -- payload (subclasses) --------------------------------------------------------------
 
@@ -557,18 +573,22 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
     (size,) = struct.unpack("<Q", data[m:m + 8])
     if size > len(data) - m - 8:
         raise IntegrityError("corrupt heavy-hitter aggregator state: truncated header")
+    end = len(data) - _DIGEST
     try:
         header = parse_json(data[m + 8:m + 8 + size].decode("ascii"),
                             "the heavy-hitter aggregator state header")
     except (UnicodeDecodeError, ValueError) as error:
         raise IntegrityError(f"corrupt heavy-hitter aggregator state: {error}") from None
-    payload = data[m + 8 + size:]
-    if not isinstance(header, dict) or set(header) != _HEADER_FIELDS:
+    if not isinstance(header, dict) or not _HEADER_FIELDS <= set(header):
         raise IntegrityError("corrupt heavy-hitter aggregator state: bad header")
     if header["state_format"] != _STATE_FORMAT:
         raise IntegrityError(f"unsupported heavy-hitter state format "
                              f"{shown(header['state_format'])} (this version reads "
                              f"{_STATE_FORMAT})")
+    if end < m + 8 + size or hashlib.sha256(data[:end]).digest() != data[end:]:
+        raise IntegrityError("corrupt heavy-hitter aggregator state: checksum mismatch "
+                             "(the state was changed or truncated)")
+    payload = data[m + 8 + size:end]
     if hashlib.sha256(payload).hexdigest() != header["sha256"]:
         raise IntegrityError("corrupt heavy-hitter aggregator state: checksum mismatch")
     try:
@@ -582,6 +602,8 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
     if not isinstance(aggregator, HeavyHitterAggregator):
         raise IntegrityError(f"corrupt heavy-hitter aggregator state: {protocol!r} has no "
                              "aggregator of this state format")
+    if not set(header) - _HEADER_FIELDS <= aggregator._extra_fields:
+        raise IntegrityError("corrupt heavy-hitter aggregator state: bad header")
     if protocol.fingerprint != header["fingerprint"]:
         raise IntegrityError("corrupt heavy-hitter aggregator state: fingerprint mismatch")
     if expect is not None and expect.fingerprint != protocol.fingerprint:
@@ -594,6 +616,7 @@ def aggregator_from_bytes(data: bytes, expect: Optional[HeavyHitterProtocol] = N
                 for b in batches):
         raise IntegrityError("corrupt heavy-hitter aggregator state: bad header")
     aggregator._load(payload, n)
+    aggregator._load_extra(header)
     aggregator._n = n
     aggregator._dropped = dropped
     aggregator._batches = {k: v for k, v in batches}

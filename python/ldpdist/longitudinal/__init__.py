@@ -32,7 +32,7 @@ does :func:`ldpdist.longitudinal.from_dict`), but they are not in the main mecha
 registry (the command line's mechanism choices and the shared mechanism test suite).
 """
 
-from .aggregate import LongitudinalAggregator, simulate_campaign
+from .aggregate import CollectionMismatchError, LongitudinalAggregator, simulate_campaign
 from .base import LongitudinalMechanism, from_dict, make_secrets
 from .dbitflip import DBitFlipPM
 from .grr import LongitudinalGRR
@@ -43,4 +43,4 @@ from .unary import (LongitudinalOSUE, LongitudinalOUE, LongitudinalSOUE, Longitu
 __all__ = ["LongitudinalMechanism", "LongitudinalUnary", "LongitudinalGRR", "LongitudinalSUE",
            "LongitudinalOUE", "LongitudinalOSUE", "LongitudinalSOUE", "MemoizedRAPPOR",
            "DBitFlipPM", "from_dict", "make_secrets", "LongitudinalAggregator",
-           "simulate_campaign"]
+           "CollectionMismatchError", "simulate_campaign"]

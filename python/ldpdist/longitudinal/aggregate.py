@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -32,10 +32,25 @@ from .. import kernels
 from .._validation import integer
 from ..errors import IntegrityError
 from ..heavy_hitters.protocol import SketchAggregator
+from ..typed_reports import ReportBatch, Reports
 from ..specs import canonical_json
 from .base import LongitudinalMechanism
 
-__all__ = ["LongitudinalAggregator", "simulate_campaign"]
+__all__ = ["LongitudinalAggregator", "CollectionMismatchError", "simulate_campaign"]
+
+
+class CollectionMismatchError(ValueError):
+    """Reports or a state of one collection would be counted into an aggregator of another
+    collection of the same campaign (each collection is aggregated on its own)."""
+
+
+def _collection(value: Any, what: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or not 0 <= int(value) < 2**63:
+        raise ValueError(f"{what} must be an integer in [0, 2^63), got {value!r:.80}")
+    return int(value)
 
 
 class LongitudinalAggregator(SketchAggregator):
@@ -55,11 +70,91 @@ class LongitudinalAggregator(SketchAggregator):
     Aggregate each collection separately: the estimator is that of one collection, whose
     users each send one report (merging two collections of the same users counts every
     user twice: the estimate is still unbiased, but the memoized answers are counted twice,
-    so its error is not that of 2n users).
+    so its error is not that of 2n users). An aggregator therefore takes the
+    :attr:`collection` of the first batch that names one (``add(..., collection=t)``, or a
+    reports file written with a collection, as ``ldpdist longitudinal privatize
+    --collection`` does) and refuses reports or states of another collection
+    (:class:`CollectionMismatchError`); the state records it.
     """
 
     _protocol_class = LongitudinalMechanism
     _protocol_noun = "longitudinal mechanism"
+    _extra_fields = frozenset({"collection"})
+
+    def __init__(self, mechanism: LongitudinalMechanism, collection: Optional[int] = None):
+        super().__init__(mechanism)
+        self._collection = _collection(collection, "collection")
+
+    @property
+    def collection(self) -> Optional[int]:
+        """The collection counted (``None`` while no batch named one)."""
+        return self._collection
+
+    def _check_collection(self, collection: Optional[int], what: str) -> None:
+        if collection is not None and self._collection is not None \
+                and collection != self._collection:
+            raise CollectionMismatchError(
+                f"{what} belongs to collection {collection}, this aggregator counts collection "
+                f"{self._collection}: aggregate each collection on its own (its users would "
+                "otherwise be counted once per collection)")
+
+    def add(self, reports: Union[Reports, ReportBatch], on_invalid: str = "raise", *,
+            batch_id: Optional[str] = None, label: str = "",
+            collection: Optional[int] = None) -> "LongitudinalAggregator":
+        """Count a batch of reports (see the heavy-hitter aggregators' ``add``); returns
+        ``self``. ``collection`` names the collection they belong to (a
+        :class:`~ldpdist.reports.ReportBatch` read from a file may carry its own): one of
+        another collection than :attr:`collection` raises :class:`CollectionMismatchError`
+        and nothing is counted."""
+        collection = _collection(collection, "collection")
+        if isinstance(reports, ReportBatch) and reports.collection is not None:
+            if collection is not None and collection != reports.collection:
+                raise CollectionMismatchError(
+                    f"the report batch {reports.label!r} belongs to collection "
+                    f"{reports.collection}, not {collection}")
+            collection = reports.collection
+        if collection is None:
+            super().add(reports, on_invalid, batch_id=batch_id, label=label)
+            return self
+        with self._lock:
+            self._check_collection(collection, "the batch")
+            super().add(reports, on_invalid, batch_id=batch_id, label=label)
+            self._collection = collection
+        return self
+
+    def merge(self, other: "LongitudinalAggregator") -> "LongitudinalAggregator":  # type: ignore[override]
+        """Add another aggregator's sums (same spec and, when both name one, same
+        collection; see the heavy-hitter aggregators' ``merge``). Returns self."""
+        theirs = getattr(other, "_collection", None)
+        if theirs is None:
+            super().merge(other)
+            return self
+        with self._lock:
+            self._check_collection(theirs, "what is merged")
+            super().merge(other)
+            self._collection = theirs
+        return self
+
+    def _header_extra(self) -> Dict[str, Any]:
+        return {} if self._collection is None else {"collection": self._collection}
+
+    def _load_extra(self, header: Dict[str, Any]) -> None:
+        try:
+            self._collection = _collection(header.get("collection"), "the state's collection")
+        except ValueError as error:
+            raise IntegrityError(f"corrupt longitudinal aggregator state: {error}") from None
+
+    def standard_errors(self) -> Optional[np.ndarray]:
+        """Standard errors of the raw estimate (:meth:`estimate`), one per value: the
+        plug-in standard deviation of the estimator for users drawn from the population
+        (the reports of one collection are independent across users, whose secrets are);
+        for a fixed set of users it is conservative. ``None`` when the mechanism has no
+        such formula (Bloom-encoded :class:`MemoizedRAPPOR`)."""
+        with self._lock:
+            sums, n = self._sums.astype(np.float64), self._n
+        if n == 0:
+            raise ValueError("no reports to estimate from (the aggregator is empty)")
+        return self.protocol._standard_errors(sums, n)
 
     @property
     def mechanism(self) -> LongitudinalMechanism:

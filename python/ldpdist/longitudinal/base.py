@@ -427,11 +427,24 @@ class LongitudinalMechanism:
 
     # -- aggregation (the sums of :class:`~ldpdist.longitudinal.LongitudinalAggregator`) --
 
-    def aggregator(self) -> "LongitudinalAggregator":
-        """An empty, mergeable aggregator of this mechanism's reports (one collection)."""
+    def aggregator(self, collection: Optional[int] = None) -> "LongitudinalAggregator":
+        """An empty, mergeable aggregator of this mechanism's reports (one collection;
+        ``collection`` names it, else the first batch that names one does)."""
         from .aggregate import LongitudinalAggregator
 
-        return LongitudinalAggregator(self)
+        return LongitudinalAggregator(self, collection)
+
+    def _standard_errors(self, sums: np.ndarray, n: int) -> Optional[np.ndarray]:
+        """Plug-in standard errors of the raw estimate from the sums (``None``: no formula)."""
+        return None
+
+    @staticmethod
+    def _binary_errors(counts: np.ndarray, n: int, gap: float) -> np.ndarray:
+        """``sqrt(s (1 - s) / n) / |gap|`` with ``s = counts / n`` (clipped to [0, 1]): the
+        standard error of ``(s - q) / gap`` when each user sets the counted bit
+        independently."""
+        s = np.clip(np.asarray(counts, dtype=np.float64) / n, 0.0, 1.0)
+        return np.sqrt(s * (1.0 - s) / n) / abs(gap)
 
     def simulate_campaign(self, true_counts: Any, T: int,
                           seed: Optional[int] = None) -> List["LongitudinalAggregator"]:

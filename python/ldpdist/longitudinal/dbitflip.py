@@ -292,6 +292,18 @@ class DBitFlipPM(LongitudinalMechanism):
         sampled = np.bincount(buckets, minlength=self.k).astype(np.float64)
         return np.concatenate([ones, sampled])
 
+    def _standard_errors(self, sums: np.ndarray, n: int) -> np.ndarray:
+        """Each user adds ``Z = [v among its buckets] (bit - q)``: the plug-in variance of Z
+        from the sums (``ones_v`` users add 1 - q, ``sampled_v - ones_v`` add -q)."""
+        q = self.probabilities()["q"]
+        p = self.probabilities()["p"]
+        sums = np.asarray(sums, dtype=np.float64)
+        ones, sampled = sums[:self.k], sums[self.k:]
+        mean = (ones - q * sampled) / n
+        square = (ones * (1 - q) ** 2 + (sampled - ones) * q ** 2) / n
+        variance = np.maximum(square - mean ** 2, 0.0)
+        return self.k / (self._d * (p - q)) * np.sqrt(variance / n)
+
     def _raw_from_counts(self, counts: Any, n: int) -> np.ndarray:
         pr = self.probabilities()
         counts = np.asarray(counts, dtype=np.float64)

@@ -199,6 +199,10 @@ class LongitudinalGRR(LongitudinalMechanism):
     def _support_counts(self, reports: np.ndarray) -> np.ndarray:
         return np.bincount(reports.astype(np.int64), minlength=self.k).astype(np.float64)
 
+    def _standard_errors(self, sums: np.ndarray, n: int) -> np.ndarray:
+        pr = self.probabilities()
+        return self._binary_errors(sums, n, pr["p_s"] - pr["q_s"])
+
     def _raw_from_counts(self, counts: Any, n: int) -> np.ndarray:
         pr = self.probabilities()
         return (np.asarray(counts, dtype=np.float64) / n - pr["q_s"]) / (pr["p_s"] - pr["q_s"])

@@ -242,6 +242,12 @@ class MemoizedRAPPOR(LongitudinalMechanism):
     def _support_counts(self, bits: np.ndarray) -> np.ndarray:
         return bits.sum(axis=0, dtype=np.int64).astype(np.float64)
 
+    def _standard_errors(self, sums: np.ndarray, n: int) -> Optional[np.ndarray]:
+        if self._num_bits is not None:
+            return None  # the least-squares solve mixes correlated bits: no plug-in formula
+        pr = self.probabilities()
+        return self._binary_errors(sums, n, pr["q_star"] - pr["p_star"])
+
     def _raw_from_counts(self, counts: Any, n: int) -> np.ndarray:
         pr = self.probabilities()
         t = (np.asarray(counts, dtype=np.float64) / n - pr["p_star"]) / (

@@ -164,6 +164,10 @@ class LongitudinalUnary(LongitudinalMechanism):
     def _support_counts(self, bits: np.ndarray) -> np.ndarray:
         return bits.sum(axis=0, dtype=np.int64).astype(np.float64)
 
+    def _standard_errors(self, sums: np.ndarray, n: int) -> np.ndarray:
+        ps, qs = self._chained(self._m2)
+        return self._binary_errors(sums, n, ps - qs)
+
     def _raw_from_counts(self, counts: Any, n: int) -> np.ndarray:
         ps, qs = self._chained(self._m2)
         return (np.asarray(counts, dtype=np.float64) / n - qs) / (ps - qs)
