@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import inspect
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
-from typing import Dict, Optional
+import threading
+from typing import Any, Callable, Dict, Optional, Set
 
 import numpy as np
 
@@ -54,3 +57,63 @@ def run_python(code: str, env: Optional[Dict[str, str]] = None, timeout: float =
             f"subprocess failed with code {done.returncode}\n--- stderr ---\n{done.stderr}"
         )
     return done.stdout
+
+
+# -- long subprocess checks, started when collection ends -------------------------------------
+#
+# A few checks run minutes of work in child processes (the fuzz modules, the regeneration of
+# the docs' numbers) while the test process mostly runs one thread. A test module that
+# defines ``start_in_background(items)`` gets called once collection has ended, with its
+# selected items, and may queue such children with :func:`in_background`; they then run,
+# one after another, beside the rest of the suite, and the tests wait for their results.
+# Same checks, same guards; only the waiting overlaps.
+
+_BACKGROUND: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_CHILDREN: Set[subprocess.Popen] = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
+def in_background(run: Callable[..., Any], *args: Any) -> "concurrent.futures.Future[Any]":
+    """Queue ``run(*args)`` on the suite's one background thread; its future."""
+    global _BACKGROUND
+    if _BACKGROUND is None:
+        _BACKGROUND = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ldpdist-tests-background")
+    return _BACKGROUND.submit(run, *args)
+
+
+def track_child(child: subprocess.Popen) -> None:
+    """Have ``child`` (started with ``start_new_session=True``) killed, with its process
+    group, if the session ends before it does."""
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(child)
+
+
+def untrack_child(child: subprocess.Popen) -> None:
+    with _CHILDREN_LOCK:
+        _CHILDREN.discard(child)
+
+
+def pytest_collection_finish(session) -> None:
+    by_module: Dict[Any, list] = {}
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None:
+            by_module.setdefault(module, []).append(item)
+    for module, items in by_module.items():
+        start = getattr(module, "start_in_background", None)
+        if callable(start):
+            start(items)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _BACKGROUND is not None:
+        _BACKGROUND.shutdown(wait=False, cancel_futures=True)
+    with _CHILDREN_LOCK:
+        children = list(_CHILDREN)
+    for child in children:
+        if child.poll() is None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -28,12 +28,16 @@ import importlib.util
 import math
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Set, Tuple
 
 import pytest
+from conftest import in_background, track_child, untrack_child
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -61,16 +65,48 @@ OUTPUTS = [(name, output) for name in DETERMINISTIC
            if not output.startswith("figures/")]
 
 
+def _regenerate(out: Path) -> Tuple[int, str]:
+    """Run docs/generate.py into ``out``: (exit status, output); -9 after 900 s."""
+    child = subprocess.Popen(
+        [sys.executable, str(GENERATE), "--deterministic", "--no-figures", "--jobs", "2",
+         "--out", str(out)],
+        cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        errors="replace", start_new_session=True)
+    track_child(child)
+    try:
+        try:
+            output, _ = child.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            output, _ = child.communicate()
+        return child.returncode, output
+    finally:
+        untrack_child(child)
+
+
+# Started when collection ends (conftest.py), so that it runs beside the tests before it.
+_QUEUED: Dict[str, Any] = {}
+
+
+def start_in_background(items) -> None:
+    if any("regenerated" in getattr(item, "fixturenames", ()) for item in items):
+        out = Path(tempfile.mkdtemp(prefix="ldpdist-docs-regenerated-"))
+        _QUEUED["run"] = (out, in_background(_regenerate, out))
+
+
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory) -> Path:
     """Every deterministic table and CSV, regenerated once for the module (two processes)."""
-    out = tmp_path_factory.mktemp("docs-regenerated")
-    done = subprocess.run(
-        [sys.executable, str(GENERATE), "--deterministic", "--no-figures", "--jobs", "2",
-         "--out", str(out)],
-        cwd=str(ROOT), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, f"docs/generate.py failed:\n{done.stdout}\n{done.stderr}"
-    return out
+    queued = _QUEUED.pop("run", None)
+    if queued is not None and not queued[1].cancelled():
+        out, future = queued
+        status, output = future.result()
+    else:
+        out = tmp_path_factory.mktemp("docs-regenerated")
+        status, output = _regenerate(out)
+    assert status == 0, f"docs/generate.py failed (exit status {status}):\n{output}"
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
 
 
 # -- comparisons (written here, not taken from generate.py, so that they are checked) ---

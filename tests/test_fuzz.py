@@ -18,15 +18,17 @@ the example count. By hand, with more examples::
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import pathlib
-import resource
 import signal
 import subprocess
 import sys
 import textwrap
+from typing import Dict, Tuple
 
 import pytest
+from conftest import in_background, track_child, untrack_child
 
 TESTS = pathlib.Path(__file__).resolve().parent
 FUZZ = TESTS / "fuzz"
@@ -44,37 +46,74 @@ else:
     HYPOTHESIS_MISSING = False
 
 
-def _limit_address_space() -> None:  # runs in the child, before exec
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+# The child limits its own address space, then becomes the pytest run (exec): no
+# preexec_fn, which is unsafe when the parent has threads (the background queue is one).
+_LIMITED = ("import os, resource, sys; "
+            "resource.setrlimit(resource.RLIMIT_AS, ({size}, {size})); "
+            "os.execv(sys.executable, [sys.executable] + sys.argv[1:])")
 
 
 def _tail(text: str, lines: int = 80) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _run_child(path: pathlib.Path, timeout: float) -> Tuple[str, int, str]:
+    """Run the test module ``path`` in a guarded child pytest: (outcome, exit status,
+    output), outcome "hang" when it was killed after ``timeout`` seconds, else "done".
+    Raises nothing, so that it can run on the suite's background thread."""
+    env = dict(os.environ, LDPDIST_MAX_MEMORY="1G", PYTHONUNBUFFERED="1")
+    child = subprocess.Popen(
+        [sys.executable, "-c", _LIMITED.format(size=ADDRESS_SPACE),
+         "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider"],
+        cwd=str(TESTS.parent), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, errors="replace", start_new_session=True)
+    track_child(child)
+    try:
+        try:
+            output, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            output, _ = child.communicate()
+            return "hang", child.returncode, output
+        return "done", child.returncode, output
+    finally:
+        untrack_child(child)
+
+
+def _judged(path: pathlib.Path, timeout: float, outcome: str, status: int, output: str) -> str:
+    """The child's output when it passed, otherwise fail naming what happened (failure,
+    signal, hang)."""
+    if outcome == "hang":
+        pytest.fail(f"{path.name}: hang: no result after {timeout:.0f} s (killed)\n"
+                    f"{_tail(output)}", pytrace=False)
+    if status < 0:
+        name = signal.Signals(-status).name
+        pytest.fail(f"{path.name}: crash: the child was killed by {name}\n{_tail(output)}",
+                    pytrace=False)
+    if status != 0:
+        pytest.fail(f"{path.name}: failed (exit status {status})\n{output}", pytrace=False)
+    return output
+
+
 def run_guarded(path: pathlib.Path, timeout: float = TIMEOUT) -> str:
     """Run the test module ``path`` in a guarded child pytest; its output when it passes,
     otherwise fail naming what happened (failure, signal, hang)."""
-    env = dict(os.environ, LDPDIST_MAX_MEMORY="1G", PYTHONUNBUFFERED="1")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider"],
-        cwd=str(TESTS.parent), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, errors="replace", preexec_fn=_limit_address_space, start_new_session=True)
-    try:
-        output, _ = child.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        output, _ = child.communicate()
-        pytest.fail(f"{path.name}: hang: no result after {timeout:.0f} s (killed)\n"
-                    f"{_tail(output)}", pytrace=False)
-    if child.returncode < 0:
-        name = signal.Signals(-child.returncode).name
-        pytest.fail(f"{path.name}: crash: the child was killed by {name}\n{_tail(output)}",
-                    pytrace=False)
-    if child.returncode != 0:
-        pytest.fail(f"{path.name}: failed (exit status {child.returncode})\n{output}",
-                    pytrace=False)
-    return output
+    return _judged(path, timeout, *_run_child(path, timeout))
+
+
+# The fuzz children of the selected tests, queued when collection ends (conftest.py): they
+# run one after another beside the rest of the suite, each under the same guards and
+# timeout as when run in the foreground.
+_QUEUED: Dict[str, "concurrent.futures.Future[Tuple[str, int, str]]"] = {}
+
+
+def start_in_background(items) -> None:
+    if HYPOTHESIS_MISSING:
+        return
+    for item in items:
+        module = getattr(item, "callspec", None) and item.callspec.params.get("module")
+        if item.originalname == "test_fuzz_module" and module and module not in _QUEUED:
+            _QUEUED[module] = in_background(_run_child, FUZZ / f"{module}.py", TIMEOUT)
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -82,7 +121,12 @@ def test_fuzz_module(module):
     if HYPOTHESIS_MISSING:
         pytest.fail(f"the fuzz suite needs hypothesis, which is not installed; install the "
                     f"test extra: {INSTALL}", pytrace=False)
-    output = run_guarded(FUZZ / f"{module}.py")
+    path = FUZZ / f"{module}.py"
+    queued = _QUEUED.pop(module, None)
+    if queued is not None and not queued.cancelled():
+        output = _judged(path, TIMEOUT, *queued.result())
+    else:
+        output = run_guarded(path)
     assert " passed" in output and " skipped" not in output, output
 
 
