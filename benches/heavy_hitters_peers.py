@@ -6,10 +6,14 @@ a vocabulary of random lowercase words (3 to 32 letters), Zipf(s) frequencies ov
 drawing a word each. Both libraries see the same users.
 
 * ldpdist: every protocol of the preset's registry (``PROTOCOLS``: PEM, TreeHist, CMS/HCMS,
-  SFP, compressive; those not implemented yet are skipped), with their defaults, from the
+  SFP, compressive; those not implemented yet are skipped), with their defaults except the
+  width of the hashed domain of the prefix-tree protocols: PEM and TreeHist descend the
+  same ``--bits`` (default 32) hashed values as pure-LDP's (``bits=32``: the first 32 bits of
+  the same 64-bit item hash, so both libraries see identical values; ``--bits 64`` runs
+  their 64-bit default, whose groups, about twice as many, hold fewer users each). From the
   words' hashed values (``privatize_hashed``; SFP privatizes the words and is told their
-  alphabet, the 26 lowercase letters). The sketches
-  (CMS/HCMS) are given the vocabulary as candidates.
+  alphabet, the 26 lowercase letters). The sketches (CMS/HCMS) are given the vocabulary as
+  candidates.
 * pure-LDP 1.2.0 (``pip install pure-ldp``; the ``bench`` extra): PEM, TreeHist and SFP work
   on strings over an alphabet, and their default OLH oracle loops over the whole domain for
   each report, so they run here on the 32-bit item hash of each word written as a string of
@@ -17,10 +21,15 @@ drawing a word each. Both libraries see the same users.
   own heavy-hitter experiments do; ``--cms-k`` hash functions, ``--cms-m`` columns). PEM:
   start 5 bits, 3 bits per round; TreeHist: 4 bits per round; SFP: 2-bit fragments. Their
   CMS and HCMS estimate every word of the vocabulary (candidates) and keep the t largest.
-  Found values are compared by hashed value (32 bits for theirs, 64 for ours; the script
-  checks that no two words collide in 32 bits).
+  Found values are compared by hashed value (32 bits for theirs and for our PEM and
+  TreeHist, 64 for our other protocols; the script checks that no two words collide).
 
-Times, both per setting (means over ``--runs`` seeded runs, as are F1 and ℓ1): the *clients*
+F1 and ℓ1 are means over seeded runs (``--runs`` of pure-LDP's, ``--our-runs`` of ours: ours
+cost little, so more of them) on the same users; F1 is given as mean ± its standard error
+(sample standard deviation / √runs), and ΔF1 = ours − theirs ± the standard error of the
+difference (√(se₁² + se₂²)): "at least theirs" is read against that noise.
+
+Times, both per setting (means over the runs): the *clients*
 (privatizing every user: pure-LDP's ``privatise`` per user; ldpdist's ``privatize_hashed``)
 and the *server* (aggregating every report and identifying: pure-LDP's ``aggregate`` and
 ``find_heavy_hitters`` / ``estimate_all``; ldpdist's ``aggregator().add`` + ``identify``).
@@ -29,7 +38,7 @@ theirs / ours.
 
 Usage::
 
-    python benches/heavy_hitters_peers.py                       # n = 10^5, eps = 2, 4, s = 1.1
+    python benches/heavy_hitters_peers.py          # n = 10^5, eps = 1, 4, s = 1.1, 1.5 (~8 min)
     python benches/heavy_hitters_peers.py --n 1000000 --epsilon 1,2,4 --s 1.1,1.5
     python benches/heavy_hitters_peers.py --protocols PEM,CMS --out table.md
 """
@@ -50,6 +59,19 @@ from ldpdist.heavy_hitters import hash_items
 
 PEER_BITS = 32
 PEERS = ("PEM", "TreeHist", "CMS", "HCMS", "SFP")
+#: Our protocols run on ``--bits`` hashed bits (pure-LDP's prefix-tree domain) in this bench.
+PREFIX_TREES = ("PEM", "TreeHist")
+
+
+def with_bits(entry: hh.Entry, bits: int) -> hh.Entry:
+    """``entry`` with its protocol built on a ``bits``-bit hashed domain (PEM, TreeHist);
+    other entries unchanged."""
+    if entry.name not in PREFIX_TREES:
+        return entry
+    cls = type(entry.factory(4.0, hh.TOP, 0))
+    return hh.Entry(entry.name,
+                    lambda epsilon, top, seed: hh._build(cls, epsilon, top, seed, bits=bits),
+                    entry.candidates)
 
 
 # -- ours ----------------------------------------------------------------------------------
@@ -58,6 +80,8 @@ def run_ours(entry: hh.Entry, epsilon: float, top: int, words: List[str], users:
              counts: np.ndarray, seed: int) -> Dict[str, float]:
     protocol = entry.factory(epsilon, top, 0)
     hashed = np.asarray(protocol.hash(words), dtype=np.uint64)
+    if np.unique(hashed).size != hashed.size:
+        raise SystemExit(f"{entry.name}: two words share a hashed value: change --seed")
     values = hashed[users]
     start = time.perf_counter()
     reports = hh.privatize_hashed(protocol, values, seed,
@@ -196,7 +220,30 @@ def run_theirs(lib: Dict[str, Any], name: str, epsilon: float, top: int, words: 
 
 
 def _mean(rows: List[Dict[str, float]]) -> Dict[str, float]:
-    return {key: float(np.mean([row[key] for row in rows])) for key in rows[0]}
+    """Means over the runs, and ``<key>_se``: the standard error of each mean (the sample
+    standard deviation over √runs; NaN for one run)."""
+    out: Dict[str, float] = {}
+    for key in rows[0]:
+        values = np.array([row[key] for row in rows], dtype=float)
+        out[key] = float(values.mean())
+        out[key + "_se"] = (float(values.std(ddof=1) / np.sqrt(values.size))
+                            if values.size > 1 else float("nan"))
+    out["runs"] = float(len(rows))
+    return out
+
+
+def _with_se(mean: float, se: float, digits: int = 3) -> str:
+    """``mean ± se`` (just the mean when the error is unknown)."""
+    if np.isnan(se):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def _difference(mine: Dict[str, float], theirs: Dict[str, float], key: str = "f1") -> str:
+    """``ours − theirs ± √(se₁² + se₂²)`` of a metric (the runs are independent)."""
+    delta = mine[key] - theirs[key]
+    se = float(np.hypot(mine[key + "_se"], theirs[key + "_se"]))
+    return ("+" if delta >= 0 else "−") + _with_se(abs(delta), se)
 
 
 # -- the table -----------------------------------------------------------------------------
@@ -208,8 +255,8 @@ def _seconds(x: float) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", default="100000", help="comma-separated numbers of users")
-    parser.add_argument("--epsilon", default="2,4", help="comma-separated ε")
-    parser.add_argument("--s", default="1.1", help="comma-separated Zipf exponents")
+    parser.add_argument("--epsilon", default="1,4", help="comma-separated ε")
+    parser.add_argument("--s", default="1.1,1.5", help="comma-separated Zipf exponents")
     parser.add_argument("--top", type=int, default=hh.TOP)
     parser.add_argument("--vocabulary", type=int, default=hh.VOCABULARY)
     parser.add_argument("--protocols", default=",".join(PEERS + ("Compressive",)),
@@ -219,8 +266,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--cms-m", type=int, default=1024,
                         help="pure-LDP's sketch: columns, a power of 2 (default 1024)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--runs", type=int, default=1,
-                        help="seeded runs per setting (means are reported)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="seeded runs of pure-LDP per setting (default 3)")
+    parser.add_argument("--our-runs", type=int, default=10,
+                        help="seeded runs of ldpdist per setting (default 10)")
+    parser.add_argument("--bits", type=int, default=PEER_BITS,
+                        help="hashed bits of ldpdist's PEM and TreeHist (default 32, as "
+                             "pure-LDP's; 64 = their own default)")
     parser.add_argument("--no-peers", action="store_true", help="ldpdist only")
     parser.add_argument("--out", help="also write the Markdown table to this file")
     args = parser.parse_args(argv)
@@ -228,7 +280,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     epsilons = [float(x) for x in args.epsilon.split(",")]
     exponents = [float(x) for x in args.s.split(",")]
     wanted = [x.strip() for x in args.protocols.split(",")]
-    ours = {entry.name: entry for entry in hh.PROTOCOLS}
+    ours = {entry.name: with_bits(entry, args.bits) for entry in hh.PROTOCOLS}
     for name in wanted:
         if name not in ours:
             print(f"ldpdist has no {name} yet (registry: {', '.join(ours)}): skipped",
@@ -246,12 +298,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             for eps in epsilons:
                 for pi, name in enumerate(wanted):
                     mine_runs, their_runs = [], []
-                    for run in range(args.runs):
+                    for run in range(max(args.runs, args.our_runs)):
                         seed = hh._seed(hh._rng(args.seed, si, ni, pi, int(eps * 1000), run))
-                        if name in ours:
+                        if name in ours and run < args.our_runs:
                             mine_runs.append(run_ours(ours[name], eps, args.top, words, users,
                                                       counts, seed))
-                        if lib is not None and name in PEERS:
+                        if lib is not None and name in PEERS and run < args.runs:
                             their_runs.append(run_theirs(lib, name, eps, args.top, words,
                                                          users, counts, seed, args.cms_k,
                                                          args.cms_m))
@@ -266,9 +318,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                             return "—"
                         return f"{theirs[key] / mine[key]:.0f}×"
 
-                    row = [f"Zipf({s:g})", f"{n:,}", f"{eps:g}", name,
-                           cell(mine, "f1", lambda v: f"{v:.3f}"),
-                           cell(theirs, "f1", lambda v: f"{v:.3f}"),
+                    def f1(r: Optional[Dict[str, float]]) -> str:
+                        return _with_se(r["f1"], r["f1_se"]) if r is not None else "—"
+
+                    row = [f"Zipf({s:g})", f"{n:,}", f"{eps:g}", name, f1(mine), f1(theirs),
+                           _difference(mine, theirs) if mine and theirs else "—",
                            cell(mine, "l1", lambda v: f"{v:.3g}"),
                            cell(theirs, "l1", lambda v: f"{v:.3g}"),
                            cell(mine, "client", _seconds), cell(theirs, "client", _seconds),
@@ -277,7 +331,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                            speed("server")]
                     body.append(row)
                     print("  " + " | ".join(row), file=sys.stderr, flush=True)
-    header = ["distribution", "n", "ε", "protocol", "F1 ldpdist", "F1 pure-LDP",
+    header = ["distribution", "n", "ε", "protocol", "F1 ldpdist", "F1 pure-LDP", "ΔF1",
               "ℓ1 ldpdist", "ℓ1 pure-LDP", "clients ldpdist", "clients pure-LDP", "speed-up",
               "server ldpdist", "server pure-LDP", "speed-up"]
     lines = ["| " + " | ".join(header) + " |",
@@ -287,13 +341,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "--out" in shown:  # where the table went is not part of how it was made
         at = shown.index("--out")
         del shown[at:at + 2]
-    note = (f"\n\n*`python benches/heavy_hitters_peers.py {' '.join(shown)}`: "
+    command = " ".join(["python benches/heavy_hitters_peers.py", *shown])
+    note = (f"\n\n*`{command}`: "
             f"top {args.top} of {args.vocabulary} random words; F1 of the hashed values found "
-            f"against the true top {args.top}, means of {args.runs} run(s); ℓ1 = Σ|f̂ − f| over "
-            "the values found; clients = privatize every user; server = aggregate every "
-            "report + identify; pure-LDP's PEM, TreeHist and SFP "
+            f"against the true top {args.top}: mean ± standard error over {args.our_runs} "
+            f"run(s) of ldpdist and {args.runs} of pure-LDP on the same users; ΔF1 = ldpdist − "
+            "pure-LDP ± the standard error of the difference; ℓ1 = Σ|f̂ − f| over "
+            "the values found (mean); clients = privatize every user; server = aggregate every "
+            "report + identify (means); pure-LDP's PEM, TreeHist and SFP "
             f"on the {PEER_BITS}-bit hash of the words with its count-mean-sketch oracle "
-            f"(k = {args.cms_k}, m = {args.cms_m}); ldpdist's SFP on the words, told their "
+            f"(k = {args.cms_k}, m = {args.cms_m}); ldpdist's PEM and TreeHist on the same "
+            f"{args.bits}-bit hashed values (`bits={args.bits}`), its other protocols with "
+            "their defaults; ldpdist's SFP on the words, told their "
             "alphabet; CMS/HCMS (both libraries) rank the vocabulary as candidates.*\n")
     table = "\n".join(lines) + note
     print(table)

@@ -1416,7 +1416,8 @@ def performance(ctx: Context) -> None:
 
 
 #: The side-by-side settings (pure-LDP takes tens of seconds per protocol and run at 10^5).
-PEERS_ARGUMENTS = ("--n", "100000", "--epsilon", "1,4", "--s", "1.1,1.5", "--runs", "2")
+PEERS_ARGUMENTS = ("--n", "100000", "--epsilon", "1,4", "--s", "1.1,1.5", "--runs", "3",
+                   "--our-runs", "10")
 
 
 @register("heavy-hitters-peers", ("generated/heavy-hitters-peers.md",),

@@ -364,3 +364,43 @@ def test_docs_page_vectors_match():
     for row in rows:
         message, digest = [cell.strip().strip("`") for cell in row.strip("|").split("|")][2:4]
         assert vectors[message] == digest, row
+
+
+def _peers_bench():
+    """benches/heavy_hitters_peers.py as a module (it imports pure-LDP only when run)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benches" / "heavy_hitters_peers.py"
+    spec = importlib.util.spec_from_file_location("heavy_hitters_peers_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_peers_bench_compares_on_the_peers_hashed_domain_with_standard_errors():
+    """The side-by-side bench runs our PEM and TreeHist on pure-LDP's 32-bit hashed values
+    (the first 32 bits of the same item hash), leaves the other protocols alone, and reports
+    means with their standard errors."""
+    bench = _peers_bench()
+    from ldpdist.experiments import heavy_hitters as preset
+    from ldpdist.heavy_hitters import hash_items
+
+    words = ["alpha", "beta", "gamma"]
+    entries = {entry.name: entry for entry in preset.PROTOCOLS}
+    pem = bench.with_bits(entries["PEM"], 32).factory(1.0, 32, 0)
+    assert pem.bits == 32 and pem.top == 32
+    assert pem.hash(words).tolist() == (hash_items(words, 0) >> np.uint64(32)).tolist()
+    assert bench.with_bits(entries["TreeHist"], 32).factory(1.0, 8, 0).bits == 32
+    assert bench.with_bits(entries["CMS"], 32) is entries["CMS"]
+    rows = [{"f1": 0.25}, {"f1": 0.5}, {"f1": 0.75}]
+    mean = bench._mean(rows)
+    assert mean["f1"] == 0.5 and mean["runs"] == 3
+    assert math.isclose(mean["f1_se"], 0.25 / math.sqrt(3))
+    assert bench._with_se(0.5, mean["f1_se"]) == "0.500 ± 0.144"
+    assert bench._with_se(0.5, float("nan")) == "0.500"
+    theirs = bench._mean([{"f1": 0.5}, {"f1": 0.5}])
+    assert bench._difference(mean, theirs) == "+0.000 ± 0.144"
+    assert bench._difference(theirs, mean).startswith("+")
+    lower = bench._mean([{"f1": 0.1}, {"f1": 0.3}])
+    assert bench._difference(lower, theirs) == "−0.300 ± 0.100"

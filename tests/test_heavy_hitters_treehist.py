@@ -13,8 +13,8 @@ import pytest
 
 import ldpdist
 from ldpdist.heavy_hitters import protocol as hh_protocol
-from ldpdist.heavy_hitters.treehist import (TreeHist, TreeHistAggregator, level_hash,
-                                            level_keys)
+from ldpdist.heavy_hitters.treehist import (DESCENT_PRECISION, TreeHist, TreeHistAggregator,
+                                            level_hash, level_keys)
 
 MASK = 2**64 - 1
 
@@ -312,3 +312,48 @@ def test_recovers_zipf_heavy_hitters():
     for item, estimate, error in zip(result.items, result.estimates, result.standard_errors):
         if item is not None:
             assert abs(estimate - counts[words.index(item)] / 200_000) < 4 * error
+
+
+def test_descent_shortcuts_keep_the_results():
+    """identify's levels tell `_frequencies` that their candidates are distinct (no
+    `np.unique` pass: bit for bit the checked path's results, which still folds a repeated
+    candidate), and its levels before the last solve the de-collision only to
+    DESCENT_PRECISION of a zero-frequency standard error (within it of the exact solve, and
+    here the same survivors); the last level is solved exactly."""
+    rng = np.random.default_rng(3)
+    th = TreeHist(4.0, top=8, bits=24, hashes=128)
+    values = rng.choice(rng.integers(0, 2**24, size=40, dtype=np.uint64), size=20_000,
+                        p=np.r_[np.full(8, 0.1), np.full(32, 0.2 / 32)])
+    aggregator = th.aggregator()
+    aggregator.add(th.privatize_hashed(values, seed=1))
+    sums = aggregator._sums.copy()
+    found = aggregator.identify()
+    assert found.hashes.size > 0
+    # the reference descent, through the checked path
+    kept = np.arange(2**th.prefix_bits[0], dtype=np.uint64)
+    for group in range(th.groups):
+        if group:
+            extra = th.prefix_bits[group] - th.prefix_bits[group - 1]
+            kept = ((kept[:, None] << np.uint64(extra))
+                    | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
+        fast = aggregator._frequencies(group, kept, sums, distinct=True)
+        estimates, errors, n = aggregator._frequencies(group, kept, sums)
+        assert np.array_equal(fast[0], estimates) and np.array_equal(fast[1], errors)
+        assert fast[2] == n
+        if group < th.groups - 1:
+            rough = aggregator._frequencies(group, kept, sums, True, DESCENT_PRECISION)[0]
+            sigma0 = math.sqrt(th.variance_factor / n)
+            gap = np.abs(rough - estimates).max()
+            assert gap <= DESCENT_PRECISION * sigma0, (group, gap / sigma0)
+            estimates = rough  # what identify ranks
+        eta = th.threshold * math.sqrt(th.variance_factor / n)
+        order = np.lexsort((kept, -estimates))[:min(th.top, kept.size)]
+        order = order[estimates[order] >= eta]
+        kept, estimates, errors = kept[order], estimates[order], errors[order]
+    assert found.hashes.tolist() == kept.tolist()
+    assert np.array_equal(found.estimates, estimates)  # the last level: the exact solve
+    # a repeated candidate: one value, one solve (the checked path folds it)
+    alone = aggregator._frequencies(th.groups - 1, kept, sums, distinct=True)[0]
+    again = aggregator._frequencies(th.groups - 1, np.r_[kept, kept[:1]], sums)[0]
+    np.testing.assert_allclose(np.sort(again[:-1]), np.sort(alone), rtol=0, atol=1e-12)
+    assert again[-1] == again[0]

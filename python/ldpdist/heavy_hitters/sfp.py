@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
-from .._validation import integer, shown
+from .._validation import integer, real, shown
 from ..mechanisms.base import check_epsilon
 from .items import _item_list, hash_items
 from .protocol import (HeavyHitterProtocol, ItemFrequencies, SketchAggregator,
@@ -101,7 +101,9 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
     position where it has none) and every e <= e_max, it assembles the strings of the
     cartesian product of its fragments at positions 0 to e (later positions are padding;
     at most ``max_candidates`` strings per tag, dropping the weakest fragments first), keeps
-    those whose own tag is that tag, and estimates them with the whole-string records.
+    those whose own tag is that tag, and estimates them with the whole-string records;
+    ``identify`` returns the ``top`` largest of those whose estimate is at least
+    ``threshold`` (default 2) standard errors.
 
     Parameters
     ----------
@@ -282,6 +284,9 @@ class SequenceFragmentPuzzle(HeavyHitterProtocol):
 
 #: Pairs per block of the fragment search (its (block, positions) lookups stay in cache).
 _PAIR_BLOCK = 4096
+#: identify keeps an assembled string only when its whole-string estimate is at least this
+#: many of its standard errors.
+DISCOVERY_THRESHOLD = 2.0
 
 
 class SequenceFragmentPuzzleAggregator(SketchAggregator):
@@ -481,13 +486,21 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
         return [data for (tag, data), own in zip(found, tags.tolist()) if own == tag]
 
     def identify(self, top: Optional[int] = None,
-                 candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
+                 candidates: Optional[Iterable[Any]] = None,
+                 threshold: float = DISCOVERY_THRESHOLD) -> ItemFrequencies:
         """The ``top`` strings with the largest whole-string estimates among those
-        assembled from the fragments (``candidates`` given: those instead, as
-        ``estimate``, ranked). Items are ``str`` when their bytes are UTF-8, else
-        ``bytes``."""
+        assembled from the fragments whose estimate is at least ``threshold`` times its
+        standard error (``candidates`` given: those instead, as ``estimate``, ranked, with
+        no threshold). Items are ``str`` when their bytes are UTF-8, else ``bytes``.
+
+        The fragments of a few frequent strings combine into many strings nobody holds;
+        the threshold (default 2; 0 keeps the ``top`` largest whatever their estimates)
+        leaves those out, so that fewer than ``top`` strings may be returned."""
         protocol = self.protocol
         top = protocol._top if top is None else integer(top, "top", minimum=1, maximum=2**20)
+        threshold = real(threshold, "threshold")
+        if not threshold >= 0:
+            raise ValueError(f"threshold must be >= 0, got {threshold!r}")
         if candidates is not None:
             values = _item_list(candidates)
         else:
@@ -497,7 +510,10 @@ class SequenceFragmentPuzzleAggregator(SketchAggregator):
                                    self._group_size(self._sums[0]))
         hashed = protocol.hash(values)
         est, se, n0 = self._whole(hashed)
-        order = np.lexsort((hashed, -est))[:top]
+        order = np.lexsort((hashed, -est))
+        if candidates is None and threshold > 0:
+            order = order[est[order] >= threshold * se[order]]
+        order = order[:top]
         return ItemFrequencies(hashed[order], est[order], se[order],
                                [values[i] for i in order], n0)
 

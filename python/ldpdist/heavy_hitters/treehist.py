@@ -11,6 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from .._validation import integer, real
+from .decollide import decollide, load, solve
 from .items import _item_list
 from .prefixes import PrefixProtocol
 from .protocol import ItemFrequencies, SketchAggregator, nonempty_items, register_protocol
@@ -23,11 +24,14 @@ MAX_G = 256
 MAX_HASHES = 2**16
 #: BLAKE2b personalization of the level-hash keys.
 KEY_PERSONALIZATION = b"ldpdist.hh.th1"
-_CG_ITERATIONS = 200  # conjugate-gradient steps at most (about 10 to 20 are needed)
 _CHUNK = 1 << 16  # users per block of the sampler (the draws depend on it: fixed)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _S27, _S30, _S31, _S32 = (np.uint64(k) for k in (27, 30, 31, 32))
 _HASH_BLOCK = 1 << 15  # elements per in-place block of level_hash (fits the L2 cache)
+#: The descent's levels before the last (which only prune) solve the de-collision to about
+#: this fraction of a zero-frequency prefix's standard error; the last level, whose
+#: estimates are returned, and ``estimate`` solve it exactly.
+DESCENT_PRECISION = 0.01
 
 
 def level_keys(seed: int, levels: int, hashes: int) -> np.ndarray:
@@ -110,7 +114,9 @@ class TreeHist(PrefixProtocol):
     under which x and x' share a bucket. The server solves ``D f = raw`` over the level's
     candidates (conjugate gradients), which removes the collisions between candidates: the
     estimates are exactly unbiased whenever the users' prefixes lie among the candidates
-    (the user guide's TreeHist page details it). The descent enumerates the ``2**start_bits``
+    (the user guide's TreeHist page details it; the levels before the last, which only
+    prune, solve it to about ``DESCENT_PRECISION`` = 1 % of a zero-frequency prefix's
+    standard error, the last level exactly). The descent enumerates the ``2**start_bits``
     prefixes of level 0, keeps those whose estimate is at least ``threshold`` standard
     errors of a zero-frequency prefix (the largest ``top`` of them at most), extends each by
     the next level's bits, and so on; the last level's survivors are the heavy hitters.
@@ -284,8 +290,18 @@ class TreeHistAggregator(SketchAggregator):
         """Number of reports of each level."""
         return self._sums.sum(axis=(1, 2))
 
-    def _frequencies(self, group: int, candidates: np.ndarray, sums: np.ndarray
+    def _frequencies(self, group: int, candidates: np.ndarray, sums: np.ndarray,
+                     distinct: bool = False, precision: float = 0.0
                      ) -> Tuple[np.ndarray, np.ndarray, int]:
+        """Estimates, standard errors and the level's size; ``distinct``: the caller
+        guarantees that the candidates are distinct (the descent's are: level 0's are a
+        range, and each level extends distinct survivors by distinct suffixes), so no
+        repeated one needs folding. ``precision`` > 0 stops the de-collision solve once
+        its residual is at most ``precision * sigma0 * (1 - sqrt(lam))**2`` (sigma0 the
+        standard error of a zero-frequency prefix, lam the load of ``decollide.load``,
+        ``(1 - sqrt(lam))**2`` about the smallest eigenvalue of D): the estimates are
+        then about ``precision * sigma0`` from the exact solution at most (Euclidean norm
+        over the candidates); 0 solves to a relative residual of 1e-13."""
         th = self.protocol
         level = sums[group]
         n = level.sum()  # exact for the integer sums (a float for expected sums in tests)
@@ -293,10 +309,11 @@ class TreeHistAggregator(SketchAggregator):
             raise ValueError(f"level {group} (prefixes of {th.prefix_bits[group]} bits) has no "
                              f"reports: TreeHist needs users at each of its {th.groups} levels")
         R, g = th.hashes, th.g
-        unique, inverse = np.unique(candidates, return_inverse=True)
-        if unique.size < candidates.size:  # a repeated candidate is one value: solve once
-            estimates, errors, n_out = self._frequencies(group, unique, sums)
-            return estimates[inverse], errors[inverse], n_out
+        if not distinct:
+            unique, inverse = np.unique(candidates, return_inverse=True)
+            if unique.size < candidates.size:  # a repeated candidate is one value: solve once
+                estimates, errors, n_out = self._frequencies(group, unique, sums, True)
+                return estimates[inverse], errors[inverse], n_out
         # flat[r, x] = r * g + h_{j,r}(x): the sum S[j, r, .] that supports x under hash r
         flat = th.buckets(candidates, group).view(np.int64)  # fresh, entries < g <= 256
         flat += (np.arange(R, dtype=np.int64) * g)[:, None]
@@ -305,7 +322,14 @@ class TreeHistAggregator(SketchAggregator):
         share = counts / n
         raw = (share - th.q) / gap
         errors = np.sqrt(np.maximum(share * (1.0 - share), 0.0) / n) / gap
-        return _decollide(raw, flat, R, g), errors, int(round(float(n)))
+        lam = load(candidates.size, R, g)
+        if precision > 0 and lam < 1:
+            sigma0 = math.sqrt(th.variance_factor / n)
+            atol = precision * sigma0 * (1.0 - math.sqrt(lam)) ** 2
+            estimates = solve(raw, flat, R, g, atol=atol).x
+        else:
+            estimates = decollide(raw, flat, R, g)
+        return estimates, errors, int(round(float(n)))
 
     def identify(self, top: Optional[int] = None,
                  candidates: Optional[Iterable[Any]] = None) -> ItemFrequencies:
@@ -338,7 +362,9 @@ class TreeHistAggregator(SketchAggregator):
                 extra = th.prefix_bits[group] - th.prefix_bits[group - 1]
                 kept = ((kept[:, None] << np.uint64(extra))
                         | np.arange(2**extra, dtype=np.uint64)[None, :]).reshape(-1)
-            estimates, errors, n = self._frequencies(group, kept, sums)
+            last = group == th.groups - 1
+            estimates, errors, n = self._frequencies(
+                group, kept, sums, distinct=True, precision=0.0 if last else DESCENT_PRECISION)
             eta = th.threshold * math.sqrt(th.variance_factor / n)
             keep = min(th.top if group < th.groups - 1 else top, kept.size)
             order = np.lexsort((kept, -estimates))[:keep]  # largest first, ties by value
@@ -369,48 +395,3 @@ class TreeHistAggregator(SketchAggregator):
 
 TreeHist.aggregator_class = TreeHistAggregator
 
-
-def _collision_operator(flat: np.ndarray, R: int, g: int):
-    """``v -> D v`` for the candidates whose buckets are ``flat`` (shape (R, C), entries
-    ``r * g + h_r(x)``): ``D[x, x'] = (g * pi(x, x') - 1) / (g - 1)``, ``pi(x, x')`` the
-    fraction of the R hash functions under which x and x' share a bucket (D[x, x] = 1)."""
-    index = flat.reshape(-1)
-    weights = np.empty(flat.shape)  # v repeated per hash index, reused by every call
-
-    def apply(v: np.ndarray) -> np.ndarray:
-        np.copyto(weights, v)
-        buckets = np.bincount(index, weights=weights.reshape(-1), minlength=R * g)
-        shared = buckets.take(flat).sum(axis=0) / R  # (pi v)(x)
-        return (g * shared - v.sum()) / (g - 1)
-
-    return apply
-
-
-def _decollide(raw: np.ndarray, flat: np.ndarray, R: int, g: int) -> np.ndarray:
-    """The solution f of ``D f = raw`` (conjugate gradients; D is symmetric positive
-    semi-definite and close to the identity): the estimates with the collisions between
-    the candidates themselves removed."""
-    if raw.size <= 1:
-        return raw.copy()
-    apply = _collision_operator(flat, R, g)
-    def dot(a: np.ndarray, b: np.ndarray) -> float:
-        return float(np.sum(a * b))  # numpy's own summation: no BLAS, no thread dependence
-
-    x = raw.copy()
-    r = raw - apply(x)
-    p = r.copy()
-    rs = dot(r, r)
-    scale = max(dot(raw, raw), 1e-300)
-    for _ in range(min(2 * raw.size + 10, _CG_ITERATIONS)):
-        if rs <= 1e-26 * scale:  # relative residual 1e-13
-            break
-        Ap = apply(p)
-        curvature = dot(p, Ap)
-        if curvature <= 0:
-            break
-        alpha = rs / curvature
-        x += alpha * p
-        r -= alpha * Ap
-        rs, previous = dot(r, r), rs
-        p = r + (rs / previous) * p
-    return x
