@@ -10,7 +10,7 @@ import argparse
 import csv
 import io
 import json
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 from .. import deploy
 from ..errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
@@ -74,12 +74,16 @@ def load_items(path: str, ints: bool) -> List[Any]:
     return values
 
 
-def load_input(path: str, protocol: HeavyHitterProtocol, on_invalid: str = "raise") -> Any:
-    """An aggregator from a state file or a reports file of ``protocol``."""
+def load_input(path: str, protocol: Any, on_invalid: str = "raise", *,
+               from_state: Callable[[bytes, Any], Any] = aggregator_from_bytes,
+               kind: str = "heavy-hitter") -> Any:
+    """An aggregator from a state file (read by ``from_state(data, protocol)``) or a
+    reports file of ``protocol``; ``kind`` names the state in errors. The memoized
+    mechanisms' command line (:mod:`ldpdist.longitudinal.cli`) reads its files with it too."""
     head = deploy._read_head(path, "input file", 32)
     try:
         if head.startswith(_STATE_MAGIC):
-            return aggregator_from_bytes(deploy._read_bytes(path, "state file"), protocol)
+            return from_state(deploy._read_bytes(path, "state file"), protocol)
         if head.startswith(READ_MAGICS):
             return protocol.aggregator().add(read_reports(path, protocol), on_invalid)
     except SpecMismatchError as exc:
@@ -88,7 +92,7 @@ def load_input(path: str, protocol: HeavyHitterProtocol, on_invalid: str = "rais
         raise CliError(f"{path!r} is corrupt: {deploy._one_line(exc)}") from None
     except (ValueError, TypeError) as exc:
         raise CliError(f"{path!r} does not fit {protocol!r}: {deploy._one_line(exc)}") from None
-    raise CliError(f"{path!r} is neither an ldpdist reports file nor a heavy-hitter state "
+    raise CliError(f"{path!r} is neither an ldpdist reports file nor a {kind} state "
                    "file (bad magic bytes)")
 
 

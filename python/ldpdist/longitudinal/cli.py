@@ -24,10 +24,10 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .. import deploy
-from ..errors import CliError, DuplicateBatchError, IntegrityError, SpecMismatchError
+from ..errors import CliError, DuplicateBatchError
 from ..files import write_atomic_with
-from ..heavy_hitters.protocol import _STATE_MAGIC
-from ..reports import READ_MAGICS, encode_reports, read_reports
+from ..heavy_hitters.cli import load_input as _load_input
+from ..reports import encode_reports
 from ..specs import to_json
 from .aggregate import CollectionMismatchError, LongitudinalAggregator
 from .base import _REGISTRY, SECRET_BYTES, LongitudinalMechanism, make_secrets
@@ -103,21 +103,8 @@ def load_secrets(path: str) -> np.ndarray:
 def load_input(path: str, mech: LongitudinalMechanism,
                on_invalid: str = "raise") -> LongitudinalAggregator:
     """An aggregator from a state file or a reports file of ``mech``."""
-    head = deploy._read_head(path, "input file", 32)
-    try:
-        if head.startswith(_STATE_MAGIC):
-            return LongitudinalAggregator.from_bytes(deploy._read_bytes(path, "state file"),
-                                                     expect=mech)
-        if head.startswith(READ_MAGICS):
-            return mech.aggregator().add(read_reports(path, mech), on_invalid)
-    except SpecMismatchError as exc:
-        raise CliError(f"{path!r}: {deploy._one_line(exc)}") from None
-    except IntegrityError as exc:
-        raise CliError(f"{path!r} is corrupt: {deploy._one_line(exc)}") from None
-    except (ValueError, TypeError) as exc:
-        raise CliError(f"{path!r} does not fit {mech!r}: {deploy._one_line(exc)}") from None
-    raise CliError(f"{path!r} is neither an ldpdist reports file nor a longitudinal state "
-                   "file (bad magic bytes)")
+    return _load_input(path, mech, on_invalid, from_state=LongitudinalAggregator.from_bytes,
+                       kind="longitudinal")
 
 
 @deploy._command
