@@ -10,7 +10,8 @@
 //! rejection-sampling protocols), [`rng`] (keys, reproducible parallel streams, exact samplers),
 //! [`memory`] (the memory guard and its budget), [`interrupt`] (cooperative cancellation of
 //! long loops). Protocols beyond distribution estimation: [`linear`] (linear queries),
-//! [`heavy_hitters`] (the server-side counting of heavy-hitter protocols: PEM's supports),
+//! [`heavy_hitters`] (the server-side kernels of heavy-hitter protocols: PEM's supports, the
+//! collision operator of hashed candidates),
 //! [`item_hash`] (their public seeded item hash, for many items at once).
 //!
 //! Mechanisms ([`mechanisms`]): each module holds one mechanism's client-side sampler and

@@ -502,3 +502,47 @@ def test_bad_items_and_reports():
             h.aggregator().add(h.as_reports(bad))
     with pytest.raises(ValueError, match="no reports"):
         h.aggregator().estimate(["a"])
+
+
+def test_flip_kernel_bits_are_bernoulli_and_reproducible():
+    """CMS clients' flips (the Rust kernel: a bit-sliced comparison of 16-bit uniforms with F,
+    stopped once every bit of a 64-bit word is decided): each bit is 1 with probability
+    F / 2**16 (chi-square over the bit positions, and over the number of ones per word:
+    Binomial(64, q), which also tests the bits of a word jointly), padding bits zero; the
+    bits of users from a block boundary on do not depend on where the call starts; seeded
+    reports repeat, others differ."""
+    from ldpdist import _core
+    cms = CountMeanSketch(3.0, m=100, d=4, seed=2)
+    sk = cms._sketch
+    F, q, n = sk.F, sk.q, 30_000
+    key = bytes(range(32))
+    words = sk._flip_words(key, 0, n)
+    assert words.shape == (n, 2) and not (words[:, 1] >> np.uint64(36)).any()
+    ones = np.unpackbits(words.view(np.uint8), axis=1, bitorder="little", count=100)
+    per_bit = ones.sum(axis=0)
+    chi2 = float(((per_bit - n * q) ** 2 / (n * q * (1 - q))).sum())
+    assert stats.chi2.sf(chi2, 100) > 1e-4
+    full = _core.cms_flip_words(key, 0, n, 1024, F, 16)
+    popcount = np.bitwise_count(full).astype(np.int64)
+    observed = np.bincount(popcount, minlength=65)
+    pmf = np.array([math.comb(64, k) * q**k * (1 - q) ** (64 - k) for k in range(65)])
+    keep = pmf * popcount.size > 5
+    expected = pmf[keep] * popcount.size
+    chi2 = float(((observed[keep] - expected) ** 2 / expected).sum())
+    assert stats.chi2.sf(chi2, int(keep.sum()) - 1) > 1e-4
+    # a wrong probability is rejected: (F + 300) / 2**16
+    wrong = _core.cms_flip_words(key, 0, n, 100, F + 300, 16).reshape(n, 2)
+    wrong_bits = np.unpackbits(wrong.view(np.uint8), axis=1, bitorder="little", count=100)
+    chi2 = float(((wrong_bits.sum(axis=0) - n * q) ** 2 / (n * q * (1 - q))).sum())
+    assert stats.chi2.sf(chi2, 100) < 1e-6
+    block = _core.CMS_FLIP_BLOCK
+    assert np.array_equal(sk._flip_words(key, block, n - block), words[block:])
+    assert np.array_equal(sk._flip_words(key, 0, n), words)
+    assert not np.array_equal(sk._flip_words(bytes(32), 0, n), words)
+    with pytest.raises(ValueError, match="multiple"):
+        sk._flip_words(key, 5, 10)
+    items = [f"w{i % 50}" for i in range(3000)]
+    r1, r2 = cms.privatize(items, seed=5), cms.privatize(items, seed=5)
+    assert np.array_equal(np.asarray(r1), np.asarray(r2))
+    assert not np.array_equal(np.asarray(cms.privatize(items, seed=6)), np.asarray(r1))
+    assert not np.array_equal(np.asarray(cms.privatize(items)), np.asarray(cms.privatize(items)))

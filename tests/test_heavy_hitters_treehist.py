@@ -357,3 +357,80 @@ def test_descent_shortcuts_keep_the_results():
     again = aggregator._frequencies(th.groups - 1, np.r_[kept, kept[:1]], sums)[0]
     np.testing.assert_allclose(np.sort(again[:-1]), np.sort(alone), rtol=0, atol=1e-12)
     assert again[-1] == again[0]
+
+
+def _numpy_operator(flat: np.ndarray, R: int, g: int, v: np.ndarray) -> np.ndarray:
+    """The collision operator as numpy computed it before the Rust kernel (bincount, take,
+    sum over the rows)."""
+    weights = np.broadcast_to(v, flat.shape).reshape(-1)
+    buckets = np.bincount(flat.reshape(-1), weights=weights, minlength=R * g)
+    shared = buckets.take(flat).sum(axis=0) / R
+    return (g * shared - v.sum()) / (g - 1)
+
+
+@pytest.mark.parametrize("R, C, g", [(1, 1, 2), (3, 40, 4), (64, 3000, 1024), (1024, 512, 56)])
+def test_collision_operator_is_numpys_bit_for_bit(R, C, g):
+    """The Rust kernel sums in numpy's order: the same bits as the numpy formulation."""
+    from ldpdist.heavy_hitters.decollide import collision_operator
+    rng = np.random.default_rng(R * 7 + C)
+    flat = rng.integers(0, g, size=(R, C)) + (np.arange(R, dtype=np.int64) * g)[:, None]
+    apply = collision_operator(flat, R, g)
+    for _ in range(3):
+        v = rng.normal(size=C) * rng.exponential(size=C)
+        assert np.array_equal(apply(v), _numpy_operator(flat, R, g, v))
+
+
+def test_collision_operator_is_the_collision_matrix():
+    """D[x, x'] = (g pi(x, x') - 1) / (g - 1), pi the fraction of shared buckets (dense)."""
+    from ldpdist.heavy_hitters.decollide import collision_operator
+    R, C, g = 5, 30, 3
+    rng = np.random.default_rng(3)
+    h = rng.integers(0, g, size=(R, C))
+    flat = h + (np.arange(R) * g)[:, None]
+    pi = (h[:, :, None] == h[:, None, :]).mean(axis=0)
+    D = (g * pi - 1) / (g - 1)
+    apply = collision_operator(flat, R, g)
+    for v in np.eye(C)[:4].tolist() + [rng.normal(size=C).tolist()]:
+        np.testing.assert_allclose(apply(np.array(v)), D @ np.array(v), rtol=0, atol=1e-12)
+
+
+def test_collision_operator_refuses_bad_cells_and_oversized_requests():
+    from ldpdist.heavy_hitters.decollide import collision_operator
+    with pytest.raises(ValueError, match="not in row 1"):
+        collision_operator(np.array([[0, 1], [1, 2]]), 2, 2)  # cell 1 is row 0's
+    with pytest.raises(ValueError, match="shape"):
+        collision_operator(np.zeros((3, 2), dtype=np.int64), 2, 2)
+    apply = collision_operator(np.array([[0, 1]]), 1, 2)
+    with pytest.raises(ValueError, match="candidates"):
+        apply(np.ones(3))
+    ldpdist.set_memory_limit("1M")
+    try:
+        with pytest.raises(MemoryError, match="collision operator"):
+            collision_operator(np.zeros((512, 1), dtype=np.int64)
+                               + (np.arange(512) * 4096)[:, None], 512, 4096)
+    finally:
+        ldpdist.set_memory_limit(None)
+
+
+def test_kernel_cells_are_the_public_hashes():
+    """The Rust constructors of the cells compute TreeHist's level hash and the count-mean
+    sketch's row hash exactly as the Python spec functions; gather sums in row order."""
+    from ldpdist.heavy_hitters.decollide import Cells
+    from ldpdist.heavy_hitters.sketch import sketch_buckets, sketch_salts
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 2**64, size=300, dtype=np.uint64) >> rng.integers(0, 64, size=300,
+                                                                          dtype=np.uint64)
+    th = TreeHist(epsilon=2.0, top=8, bits=64, hashes=50)
+    for group in (0, th.groups - 1):
+        cells = Cells.level_hash(x, np.ascontiguousarray(th.keys[group]), th.g)
+        want = th.buckets(x, group).astype(np.int64) + (np.arange(50) * th.g)[:, None]
+        assert np.array_equal(cells.flat(), want)
+    for m in (1, 2, 1000, 1024, 2**16):
+        salts = sketch_salts(3, 7)
+        cells = Cells.sketch_hash(x, salts, m)
+        want = sketch_buckets(x[None, :], salts[:, None], m) + (np.arange(7) * m)[:, None]
+        assert np.array_equal(cells.flat(), want), m
+        table = rng.normal(size=7 * m)
+        assert np.array_equal(cells.gather(table), table.take(want).sum(axis=0))
+    with pytest.raises(ValueError, match="cells"):
+        cells.gather(np.ones(3))

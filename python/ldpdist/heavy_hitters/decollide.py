@@ -32,8 +32,10 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-__all__ = ["collision_operator", "decollide", "solve", "Solution", "load", "MAX_ITERATIONS",
-           "Blend", "blend", "excess_variance"]
+from .. import _core
+
+__all__ = ["Cells", "cells_of", "collision_operator", "decollide", "solve", "Solution", "load",
+           "MAX_ITERATIONS", "Blend", "blend", "excess_variance"]
 
 #: Conjugate-gradient steps at most (about 10 to 30 are needed for λ up to 1/2).
 MAX_ITERATIONS = 200
@@ -54,17 +56,46 @@ def load(candidates: int, R: int, g: int) -> float:
     return (candidates - 1) / (R * (g - 1))
 
 
-def collision_operator(flat: np.ndarray, R: int, g: int) -> Callable[[np.ndarray], np.ndarray]:
+#: The candidates' cells in the Rust kernel: ``Cells(flat, g)`` from an ``(R, C)`` int64
+#: array of cell indices ``r * g + h_r(x)``; ``Cells.level_hash(prefixes, keys, g)``
+#: (TreeHist's level hash) and ``Cells.sketch_hash(values, salts, m)`` (the count-mean
+#: sketch's row hash) compute them. ``cells.gather(table)`` is ``sum_r table[r * g + h_r(x)]``
+#: (float64, added in increasing r, as ``table.take(flat).sum(axis=0)``).
+Cells = _core.CollisionCells
+
+
+def cells_of(flat: "np.ndarray | Cells", R: int, g: int) -> Cells:
+    """The :data:`Cells` of ``flat`` (shape (R, C), entries ``r * g + h_r(x)``; ``Cells``
+    are passed through after a check of R and g)."""
+    if isinstance(flat, Cells):
+        if flat.rows != R or flat.g != g:
+            raise ValueError(f"the cells have R = {flat.rows}, g = {flat.g}; expected {R}, {g}")
+        return flat
+    flat = np.asarray(flat)
+    if flat.ndim != 2 or flat.shape[0] != R:
+        raise ValueError(f"flat must have shape (R, C) = ({R}, C), got {flat.shape}")
+    return Cells(np.ascontiguousarray(flat, dtype=np.int64), int(g))
+
+
+def collision_operator(flat: "np.ndarray | Cells", R: int,
+                       g: int) -> Callable[[np.ndarray], np.ndarray]:
     """``v -> D v`` for the candidates whose cells are ``flat`` (shape (R, C), entries
-    ``r * g + h_r(x)``): ``D[x, x'] = (g * pi(x, x') - 1) / (g - 1)``, ``pi(x, x')`` the
-    fraction of the R hash functions under which x and x' share a bucket (D[x, x] = 1)."""
-    index = flat.reshape(-1)
-    weights = np.empty(flat.shape)  # v repeated per hash index, reused by every call
+    ``r * g + h_r(x)``, or their :data:`Cells`): ``D[x, x'] = (g * pi(x, x') - 1) / (g - 1)``,
+    ``pi(x, x')`` the fraction of the R hash functions under which x and x' share a bucket
+    (D[x, x] = 1).
+
+    The scatter into the ``R * g`` cells and the gather back (``R * C`` additions each) run
+    in the Rust kernel (:data:`Cells`: parallel, the GIL released), in a fixed order whatever
+    the number of threads: each cell adds its candidates in increasing x, each candidate
+    adds its R cells in increasing r. That is numpy's order for
+    ``np.bincount(flat.ravel(), weights)`` then ``take(flat).sum(axis=0)``, so the results
+    are bit-identical to that numpy formulation (used before the kernel). ``MemoryError``
+    when the cells (1 to 4 bytes per candidate and hash, ``8 R g`` bytes of cell sums)
+    exceed the memory budget."""
+    cells = cells_of(flat, R, g)
 
     def apply(v: np.ndarray) -> np.ndarray:
-        np.copyto(weights, v)
-        buckets = np.bincount(index, weights=weights.reshape(-1), minlength=R * g)
-        shared = buckets.take(flat).sum(axis=0) / R  # (pi v)(x)
+        shared = cells.shared_sums(np.ascontiguousarray(v, dtype=np.float64)) / R  # (pi v)(x)
         return (g * shared - v.sum()) / (g - 1)
 
     return apply
@@ -74,7 +105,7 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sum(a * b))  # numpy's own summation: no BLAS, no thread dependence
 
 
-def solve(raw: np.ndarray, flat: np.ndarray, R: int, g: int, *, atol: float = 0.0,
+def solve(raw: np.ndarray, flat: "np.ndarray | Cells", R: int, g: int, *, atol: float = 0.0,
           max_iterations: int = MAX_ITERATIONS) -> Solution:
     """The solution f of ``D f = raw`` by conjugate gradients from ``f = raw`` (D of
     :func:`collision_operator`), at most ``min(2 C + 10, max_iterations)`` steps. It stops
@@ -107,7 +138,7 @@ def solve(raw: np.ndarray, flat: np.ndarray, R: int, g: int, *, atol: float = 0.
     return Solution(x, steps, rs <= tolerance)
 
 
-def decollide(raw: np.ndarray, flat: np.ndarray, R: int, g: int) -> np.ndarray:
+def decollide(raw: np.ndarray, flat: "np.ndarray | Cells", R: int, g: int) -> np.ndarray:
     """The solution f of ``D f = raw`` (:func:`solve` to a relative residual of 1e-13): the
     estimates with the collisions between the candidates themselves removed."""
     return solve(raw, flat, R, g).x

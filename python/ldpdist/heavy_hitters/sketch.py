@@ -51,13 +51,15 @@ __all__ = ["CountMeanSketch", "CountMeanSketchAggregator", "sketch_salts", "sket
            "fmix64"]
 
 SKETCH_PERSONALIZATION = b"ldpdist.cms.v1"
-#: CMS flips each bit with probability a multiple of 2**-16 (16 random bits per coordinate).
+#: CMS flips each bit with probability a multiple of 2**-16 (a 16-bit uniform per coordinate,
+#: compared with F most significant bit first: ``Sketch._flip_words``).
 CMS_UNIT_BITS = 16
 #: HCMS flips its one bit with probability a multiple of 2**-53.
 HCMS_UNIT_BITS = 53
 #: The sketch's largest width m and number of rows d, and the largest d * m.
 MAX_M, MAX_D, MAX_CELLS = 2**16, 2**16, 2**24
 _CHUNK = 8192  # users per block of the sampler (the draws depend on it: fixed)
+assert _CHUNK % _core.CMS_FLIP_BLOCK == 0  # the flips' streams are aligned to the blocks
 _C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _S33, _S32, _LO32 = np.uint64(33), np.uint64(32), np.uint64(0xFFFFFFFF)
 _FMIX_BLOCK = 1 << 15  # elements per block of the in-place fmix64 (256 KiB, cache-sized)
@@ -197,29 +199,26 @@ class Sketch:
 
     # -- sampler ---------------------------------------------------------------------------
 
-    def _flip_words(self, rng: np.random.Generator, c: int) -> np.ndarray:
-        """(c, words) uint64 whose bits are independent Bernoulli(F / 2**16) (a bit-sliced
-        comparison of 16-bit uniforms with F), padding bits zero."""
-        K, F = self.unit_bits, self.F
-        raw = rng.bit_generator.random_raw(c * self.words * K).reshape(K, c, self.words)
-        lt = np.zeros((c, self.words), dtype=np.uint64)
-        eq = np.full((c, self.words), np.uint64(2**64 - 1))
-        for i in range(K - 1, -1, -1):  # bit i of U, most significant first
-            r = raw[i]
-            if (F >> i) & 1:
-                lt |= eq & ~r
-                eq &= r
-            else:
-                eq &= ~r
-        if self.m % 64:
-            lt[:, -1] &= np.uint64((1 << (self.m % 64)) - 1)
-        return lt
+    def _flip_words(self, key: bytes, start: int, c: int) -> np.ndarray:
+        """(c, words) uint64 whose bits are independent Bernoulli(F / 2**16), padding bits
+        zero, for the users ``start .. start + c`` (``start`` a multiple of 1024,
+        ``_core.CMS_FLIP_BLOCK``): the Rust kernel ``_core.cms_flip_words`` (a bit-sliced
+        comparison of 16-bit uniforms with F, most significant bit first, stopped once all
+        64 bits of a word are decided: about 7 random words per 64 bits instead of 16),
+        user u drawing from the ChaCha12 stream ``u // 1024`` of ``key`` (32 bytes that
+        :meth:`sample` draws from its generator), so the bits do not depend on the number
+        of threads. Before this kernel the 16 words per 64 bits came from the generator
+        itself: the distribution is the same, the reports of a given seed differ."""
+        words = _core.cms_flip_words(key, start, c, self.m, self.F, self.unit_bits)
+        return words.reshape(c, self.words)
 
     def sample(self, n: int, rng: np.random.Generator,
                buckets: Callable[[slice, np.ndarray], np.ndarray], out: np.ndarray) -> None:
         """Fill ``out`` (structured, with the ``fields()``) for n users; ``buckets(sl,
         rows)`` gives the bucket ``h_row(v)`` of the users ``sl`` at their drawn rows."""
         unit = np.uint64(self.F)
+        if not self.hadamard:  # the key of the flips' ChaCha streams, from the generator
+            key = rng.bit_generator.random_raw(4).astype("<u8").tobytes()
         for start in range(0, n, _CHUNK):
             sl = slice(start, min(n, start + _CHUNK))
             c = sl.stop - sl.start
@@ -234,7 +233,7 @@ class Sketch:
                 block["col"] = col
                 block["bit"] = plus ^ flip.astype(np.uint8)
             else:
-                words = self._flip_words(rng, c)
+                words = self._flip_words(key, start, c)
                 words[np.arange(c), h >> 6] ^= np.uint64(1) << (h & 63).astype(np.uint64)
                 block["bits"] = words
 
@@ -656,19 +655,20 @@ def _estimate_from_table(protocol: CountMeanSketch, table: np.ndarray, n: Any,
         raise ValueError(f"{unique.size} distinct candidates are more than the d (m - 1) = "
                          f"{d * (m - 1)} the sketch can tell apart: the joint estimate is not "
                          "identifiable (joint=False gives the independent estimates)")
-    # flat[j, x] = j * m + h_j(x): the cell of row j that supports x
-    flat = sketch_buckets(unique[None, :], salts[:, None], m)
-    flat += (np.arange(d, dtype=np.int64) * m)[:, None]
-    est, se = sketch.frequencies(table.take(flat).sum(axis=0), n)
+    # the cells j * m + h_j(x) that support x (the row hashes computed in Rust); the
+    # supports summed in increasing j, exact (integers below 2**53)
+    cells = decollide.Cells.sketch_hash(np.ascontiguousarray(unique, dtype=np.uint64),
+                                        np.ascontiguousarray(salts, dtype=np.uint64), m)
+    est, se = sketch.frequencies(cells.gather(np.asarray(table, dtype=np.float64)), n)
     # stop when the root-mean-square distance to the exact solution is at most 1% of the
     # smallest standard error: ||x - x*|| <= ||residual|| / (the smallest eigenvalue of D,
     # about (1 - sqrt(λ))**2)
     atol = (SOLVE_PRECISION * float(se.min()) * (1.0 - math.sqrt(lam))**2
             * math.sqrt(unique.size))
-    solution = decollide.solve(est, flat, d, m, atol=atol)
+    solution = decollide.solve(est, cells, d, m, atol=atol)
     weight = decollide.blend(est, solution.x, se**2, lam, m).weight if choose else 1.0
     if weight == 0.0:  # no detectable collision bias: the independent estimates
-        return sketch.frequencies(_bucket_totals(values, salts, m, table), n)
+        return est[inverse], se[inverse]
     if not solution.converged:
         warnings.warn(f"the joint estimate did not converge in {solution.iterations} "
                       "conjugate-gradient steps: its estimates may be off (joint=False gives "

@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 import numpy as np
 
 from .._validation import integer, real
-from .decollide import decollide, load, solve
+from .decollide import Cells, decollide, load, solve
 from .items import _item_list
 from .prefixes import PrefixProtocol
 from .protocol import ItemFrequencies, SketchAggregator, nonempty_items, register_protocol
@@ -314,10 +314,12 @@ class TreeHistAggregator(SketchAggregator):
             if unique.size < candidates.size:  # a repeated candidate is one value: solve once
                 estimates, errors, n_out = self._frequencies(group, unique, sums, True)
                 return estimates[inverse], errors[inverse], n_out
-        # flat[r, x] = r * g + h_{j,r}(x): the sum S[j, r, .] that supports x under hash r
-        flat = th.buckets(candidates, group).view(np.int64)  # fresh, entries < g <= 256
-        flat += (np.arange(R, dtype=np.int64) * g)[:, None]
-        counts = level.reshape(-1).take(flat).sum(axis=0)
+        # the cells r * g + h_{j,r}(x): the sum S[j, r, .] that supports x under hash r
+        # (the level hash computed in Rust); the supports summed in increasing r, exact
+        # (integer sums below 2**53), as numpy's take(flat).sum(axis=0)
+        cells = Cells.level_hash(np.ascontiguousarray(candidates, dtype=np.uint64).reshape(-1),
+                                 np.ascontiguousarray(th.keys[group]), g)
+        counts = cells.gather(np.ascontiguousarray(level, dtype=np.float64).reshape(-1))
         gap = th.p - th.q
         share = counts / n
         raw = (share - th.q) / gap
@@ -326,9 +328,9 @@ class TreeHistAggregator(SketchAggregator):
         if precision > 0 and lam < 1:
             sigma0 = math.sqrt(th.variance_factor / n)
             atol = precision * sigma0 * (1.0 - math.sqrt(lam)) ** 2
-            estimates = solve(raw, flat, R, g, atol=atol).x
+            estimates = solve(raw, cells, R, g, atol=atol).x
         else:
-            estimates = decollide(raw, flat, R, g)
+            estimates = decollide(raw, cells, R, g)
         return estimates, errors, int(round(float(n)))
 
     def identify(self, top: Optional[int] = None,
