@@ -431,9 +431,6 @@ impl CollisionCells {
     /// The cells of TreeHist's level hash ([`level_hash`]): row r is the key `keys[r]`,
     /// `h_r(x) = level_hash(prefixes[x], keys[r], g)`; `1 <= g <= 2^32`.
     pub fn from_level_hash(prefixes: &[u64], keys: &[u64], g: usize) -> Result<Self> {
-        if g as u64 > 1 << 32 {
-            return Err(Error::Value(format!("g = {g} is above 2^32")));
-        }
         Self::check_shape(keys.len(), prefixes.len(), g)?;
         Self::build(keys.len(), prefixes.len(), g, |r, x| {
             level_hash(prefixes[x], keys[r], g as u64)
@@ -443,9 +440,6 @@ impl CollisionCells {
     /// The cells of the count-mean sketch's row hashes ([`sketch_hash`]): row j is the
     /// salt `salts[j]`, `h_j(v) = sketch_hash(values[v], salts[j], m)`; `1 <= m <= 2^32`.
     pub fn from_sketch_hash(values: &[u64], salts: &[u64], m: usize) -> Result<Self> {
-        if m as u64 > 1 << 32 {
-            return Err(Error::Value(format!("m = {m} is above 2^32")));
-        }
         Self::check_shape(salts.len(), values.len(), m)?;
         Self::build(salts.len(), values.len(), m, |j, x| {
             sketch_hash(values[x], salts[j], m as u64)
@@ -459,7 +453,10 @@ impl CollisionCells {
                  {rows}, g = {g}"
             )));
         }
-        if g as u64 > u32::MAX as u64 + 1 || (rows as u128) * (g as u128) > i64::MAX as u128 {
+        if g as u64 > 1 << 32 {
+            return Err(Error::Value(format!("g = {g} buckets is above 2^32")));
+        }
+        if (rows as u128) * (g as u128) > i64::MAX as u128 {
             return Err(Error::Value(format!(
                 "R = {rows} rows of g = {g} buckets are too many cells"
             )));

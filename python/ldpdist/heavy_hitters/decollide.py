@@ -144,7 +144,6 @@ def decollide(raw: np.ndarray, flat: "np.ndarray | Cells", R: int, g: int) -> np
     return solve(raw, flat, R, g).x
 
 
-
 class Blend(NamedTuple):
     """The result of :func:`blend`: the weight w of the joint estimate in
     ``(1 - w) raw + w joint``, the squared distance ``||raw - joint||^2`` of the two
