@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import numpy as np
 
@@ -92,6 +92,26 @@ def track_child(child: subprocess.Popen) -> None:
 def untrack_child(child: subprocess.Popen) -> None:
     with _CHILDREN_LOCK:
         _CHILDREN.discard(child)
+
+
+def run_child(argv: list, timeout: float, **popen: Any) -> Tuple[bool, int, str]:
+    """Run ``argv`` in its own session (stdout and stderr together, text): (killed after
+    ``timeout`` seconds, exit status, output). The child and its process group are killed
+    on a timeout, or if the test session ends first. Raises nothing, so that it can run on
+    the background thread (:func:`in_background`)."""
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             errors="replace", start_new_session=True, **popen)
+    track_child(child)
+    try:
+        try:
+            output, _ = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            output, _ = child.communicate()
+            return True, child.returncode, output
+        return False, child.returncode, output
+    finally:
+        untrack_child(child)
 
 
 def pytest_collection_finish(session) -> None:

@@ -29,15 +29,13 @@ import math
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Set, Tuple
 
 import pytest
-from conftest import in_background, track_child, untrack_child
+from conftest import in_background, run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -67,21 +65,10 @@ OUTPUTS = [(name, output) for name in DETERMINISTIC
 
 def _regenerate(out: Path) -> Tuple[int, str]:
     """Run docs/generate.py into ``out``: (exit status, output); -9 after 900 s."""
-    child = subprocess.Popen(
+    _killed, status, output = run_child(
         [sys.executable, str(GENERATE), "--deterministic", "--no-figures", "--jobs", "2",
-         "--out", str(out)],
-        cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        errors="replace", start_new_session=True)
-    track_child(child)
-    try:
-        try:
-            output, _ = child.communicate(timeout=900)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            output, _ = child.communicate()
-        return child.returncode, output
-    finally:
-        untrack_child(child)
+         "--out", str(out)], 900, cwd=str(ROOT))
+    return status, output
 
 
 # Started when collection ends (conftest.py), so that it runs beside the tests before it.

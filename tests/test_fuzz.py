@@ -22,13 +22,12 @@ import concurrent.futures
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 import textwrap
 from typing import Dict, Tuple
 
 import pytest
-from conftest import in_background, track_child, untrack_child
+from conftest import in_background, run_child
 
 TESTS = pathlib.Path(__file__).resolve().parent
 FUZZ = TESTS / "fuzz"
@@ -59,25 +58,13 @@ def _tail(text: str, lines: int = 80) -> str:
 
 def _run_child(path: pathlib.Path, timeout: float) -> Tuple[str, int, str]:
     """Run the test module ``path`` in a guarded child pytest: (outcome, exit status,
-    output), outcome "hang" when it was killed after ``timeout`` seconds, else "done".
-    Raises nothing, so that it can run on the suite's background thread."""
+    output), outcome "hang" when it was killed after ``timeout`` seconds, else "done"."""
     env = dict(os.environ, LDPDIST_MAX_MEMORY="1G", PYTHONUNBUFFERED="1")
-    child = subprocess.Popen(
+    killed, status, output = run_child(
         [sys.executable, "-c", _LIMITED.format(size=ADDRESS_SPACE),
          "-m", "pytest", str(path), "-q", "-p", "no:cacheprovider"],
-        cwd=str(TESTS.parent), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, errors="replace", start_new_session=True)
-    track_child(child)
-    try:
-        try:
-            output, _ = child.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            output, _ = child.communicate()
-            return "hang", child.returncode, output
-        return "done", child.returncode, output
-    finally:
-        untrack_child(child)
+        timeout, cwd=str(TESTS.parent), env=env)
+    return ("hang" if killed else "done"), status, output
 
 
 def _judged(path: pathlib.Path, timeout: float, outcome: str, status: int, output: str) -> str:
